@@ -68,7 +68,31 @@ class LossAggregation(str, Enum):
 
 
 class Backend(str, Enum):
+    """Who generates the rollouts: Hugging Face `generate` on the training model, or vLLM through TRL."""
+
     hf = "hf"
+    vllm = "vllm"
+
+
+class VllmMode(str, Enum):
+    colocate = "colocate"  # a vLLM engine inside every training process, sharing its GPU
+    server = "server"  # a separate `trl vllm-serve` process; rank 0 talks to it
+
+
+class Launcher(str, Enum):
+    """How the training processes start."""
+
+    local = "local"  # this process trains (num_processes must be 1)
+    accelerate = "accelerate"  # agentrl starts `accelerate launch` with num_processes ranks itself
+
+
+class Strategy(str, Enum):
+    """The multi-process engine; each has an accelerate config under conf/accelerate/."""
+
+    ddp = "ddp"
+    deepspeed_zero2 = "deepspeed_zero2"
+    deepspeed_zero3 = "deepspeed_zero3"
+    fsdp = "fsdp"
 
 
 class Precision(str, Enum):
@@ -146,11 +170,25 @@ class TinyModelConfig:
 
 
 @dataclass
+class LoraConfig:
+    """Train a PEFT LoRA adapter instead of every weight; the KL reference is the base model (adapter off)."""
+
+    enabled: bool = False
+    rank: int = 16
+    alpha: int = 32
+    dropout: float = 0.05
+    target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj",
+                                                               "gate_proj", "up_proj", "down_proj"])
+    merge_on_save: bool = False  # also write a merged full model next to each checkpoint's adapter
+
+
+@dataclass
 class ModelConfig:
     name: str = MISSING
     hub_id: Optional[str] = None  # Hugging Face hub id
     path: Optional[str] = None  # a local copy; wins over hub_id
     tiny: Optional[TinyModelConfig] = None  # set only by model=tiny
+    lora: LoraConfig = field(default_factory=LoraConfig)
 
 
 # --------------------------------------------------------------------------- algorithm
@@ -217,10 +255,16 @@ class AlgoConfig:
 
 @dataclass
 class HardwareConfig:
+    """Where and how training runs. A hardware/ profile also picks rollout.backend."""
+
     name: str = "cpu"
     device: Device = Device.cpu
     precision: Precision = Precision.fp32
-    backend: Backend = Backend.hf  # rollout generation backend
+    num_processes: int = 1  # training ranks on this machine; > 1 needs launcher=accelerate
+    launcher: Launcher = Launcher.local
+    strategy: Strategy = Strategy.ddp  # with several processes: ddp, DeepSpeed ZeRO-2/3 or FSDP
+    accelerate_config: Optional[str] = None  # an accelerate config file; None: conf/accelerate/<strategy>.yaml
+    main_process_port: Optional[int] = None  # rendezvous port; None: a free one
 
 
 @dataclass
@@ -234,7 +278,26 @@ class LoggerConfig:
 
 
 @dataclass
+class VllmConfig:
+    """vLLM generation through TRL (rollout.backend=vllm); each key maps onto GRPOConfig's vllm_* option."""
+
+    mode: VllmMode = VllmMode.colocate
+    gpu_memory_utilization: float = 0.3  # colocate: share of each GPU's memory vLLM may take
+    tensor_parallel_size: int = 1  # colocate: GPUs one vLLM engine spans
+    enable_sleep_mode: bool = False  # colocate: free vLLM's memory during the update
+    max_model_length: Optional[int] = None  # colocate: context length; None: the model's
+    server_host: str = "0.0.0.0"  # server: where `trl vllm-serve` listens
+    server_port: int = 8000
+    server_timeout: float = 240.0  # server: seconds to wait for it to come up
+    importance_sampling_correction: bool = True  # correct for vLLM/trainer log-prob mismatch (TRL)
+    importance_sampling_mode: str = "sequence_mask"  # token_truncate | token_mask | sequence_truncate | sequence_mask
+    importance_sampling_clip_max: float = 3.0
+
+
+@dataclass
 class RolloutConfig:
+    backend: Backend = Backend.hf  # set by the hardware/ profile; hf is the only one on CPU
+    vllm: VllmConfig = field(default_factory=VllmConfig)
     temperature: float = 1.0  # reference rollout temperature
     top_p: float = 1.0
     max_new_tokens: int = 128
@@ -351,6 +414,60 @@ def check_config(cfg: Any) -> None:
         raise UserError(f"env.prompt_template='{cfg.env.prompt_template}' is unknown; choose one of {', '.join(TEMPLATES)}")
     if cfg.hardware.device == Device.cpu and cfg.hardware.precision != Precision.fp32:
         raise UserError(f"hardware.precision={cfg.hardware.precision.value} needs a GPU; on CPU use fp32 (hardware=cpu)")
+    check_hardware(cfg.hardware)
+    check_rollout_backend(cfg.rollout, cfg.hardware)
+    if "model" in cfg:
+        check_lora(cfg.model.lora)
+
+
+def check_hardware(hw: Any) -> None:
+    if hw.num_processes < 1:
+        raise UserError(f"hardware.num_processes must be >= 1, got {hw.num_processes}")
+    if hw.num_processes > 1 and _plain(hw.launcher) == Launcher.local.value:
+        raise UserError(f"hardware.num_processes={hw.num_processes} needs hardware.launcher=accelerate "
+                        "(or a profile that sets it: hardware=cpu_ddp, hardware=multi_gpu)")
+    strategy = _plain(hw.strategy)
+    if _plain(hw.device) == Device.cpu.value and strategy != Strategy.ddp.value:
+        raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
+    if hw.accelerate_config is not None:
+        from pathlib import Path
+
+        if not Path(hw.accelerate_config).expanduser().is_file():
+            raise UserError(f"hardware.accelerate_config={hw.accelerate_config} is not a file")
+
+
+def check_rollout_backend(rollout: Any, hw: Any) -> None:
+    """vLLM is an optional extra and needs CUDA; its keys are errors while the backend is hf."""
+    if _plain(rollout.backend) == Backend.hf.value:
+        changed = _changed(rollout.vllm, VllmConfig())
+        if changed:
+            raise _inapplicable("rollout.vllm", changed, rollout.vllm,
+                                "with rollout.backend=hf (set rollout.backend=vllm on a GPU)")
+        return
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:
+        raise UserError("rollout.backend=vllm needs vLLM, which is not installed: "
+                        "pip install 'agentrl[vllm]' (Linux with CUDA GPUs), or use rollout.backend=hf")
+    if _plain(hw.device) != Device.cuda.value:
+        raise UserError("rollout.backend=vllm needs a CUDA GPU; on CPU use rollout.backend=hf (hardware=cpu)")
+    v = rollout.vllm
+    if not 0 < v.gpu_memory_utilization <= 1 or v.tensor_parallel_size < 1:
+        raise UserError("rollout.vllm needs 0 < gpu_memory_utilization <= 1 and tensor_parallel_size >= 1")
+    modes = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+    if v.importance_sampling_mode not in modes:
+        raise UserError(f"rollout.vllm.importance_sampling_mode={v.importance_sampling_mode} is unknown; "
+                        f"choose one of {', '.join(modes)}")
+
+
+def check_lora(lora: Any) -> None:
+    if not lora.enabled:
+        changed = _changed(lora, LoraConfig(), tuple(k for k in LoraConfig.__dataclass_fields__ if k != "enabled"))
+        if changed:
+            raise _inapplicable("model.lora", changed, lora, "while model.lora.enabled=false")
+        return
+    if lora.rank < 1 or lora.alpha <= 0 or not 0 <= lora.dropout < 1 or not lora.target_modules:
+        raise UserError("model.lora needs rank >= 1, alpha > 0, 0 <= dropout < 1 and at least one target module")
 
 
 def _changed(section: Any, defaults: Any, keys: tuple[str, ...] | None = None) -> list[str]:
@@ -360,6 +477,10 @@ def _changed(section: Any, defaults: Any, keys: tuple[str, ...] | None = None) -
 
 
 def _plain(value: Any) -> Any:
+    from omegaconf import ListConfig, OmegaConf
+
+    if isinstance(value, ListConfig):
+        return OmegaConf.to_container(value)
     return value.value if isinstance(value, Enum) else value
 
 
