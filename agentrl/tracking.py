@@ -143,6 +143,18 @@ class Tracker:
         self.metrics_file.close()
 
 
+class NullTracker:
+    """What ranks other than 0 log to: nothing (rank 0 logs the reduced metrics once)."""
+
+    last: dict[str, float] = {}
+
+    def log(self, iteration: int, metrics: dict[str, Any]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
 def _has_netrc_key() -> bool:
     netrc = Path.home() / ".netrc"
     return netrc.is_file() and "api.wandb.ai" in netrc.read_text(errors="ignore")

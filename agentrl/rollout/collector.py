@@ -165,10 +165,12 @@ def collect(
         batch = StepBatch()
         for t in range(limit):
             active = [ep for ep in episodes if not ep.done]
-            if not active:
+            if not _keep_going(policy, bool(active)):
                 break
             turns = [_turn(ep, prompt, t) for ep in active]
             replies = policy.act(turns)
+            if not active:
+                continue  # this rank only took part in the other ranks' collective generation
             parsed = [parse_action(reply.text) for reply in replies]
             actions = [env_action(reply.text, p) for reply, p in zip(replies, parsed)]
             outcomes = pool.step([(ep.index, action) for ep, action in zip(active, actions)])
@@ -185,6 +187,17 @@ def collect(
     batch.won = [won[e] for e in batch.episode]
     batch.replayed = [False] * len(batch)
     return batch
+
+
+def _keep_going(policy: Policy, local_active: bool) -> bool:
+    """Whether to play another turn: while this rank has active episodes, unless the policy decides.
+
+    A policy whose generation is collective across ranks (vLLM through TRL gathers every rank's
+    prompts) has a `keep_going` that asks all ranks, so that a rank whose episodes are done still
+    calls `act([])` on each turn until every rank is done; otherwise the other ranks would hang.
+    """
+    keep_going = getattr(policy, "keep_going", None)
+    return local_active if keep_going is None else bool(keep_going(local_active))
 
 
 def _turn(ep: _Episode, prompt: PromptSpec, t: int) -> Turn:

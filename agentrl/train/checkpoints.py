@@ -20,7 +20,8 @@ from agentrl.errors import UserError
 
 log = logging.getLogger(__name__)
 
-REQUIRED = ("config.json", "trainer_state.json", "optimizer.pt", "scheduler.pt", "agentrl_state.json")
+REQUIRED = ("trainer_state.json", "optimizer.pt", "scheduler.pt", "agentrl_state.json")
+MODEL_CONFIGS = ("config.json", "adapter_config.json")  # a full model, or a LoRA adapter
 _STEP = re.compile(r"checkpoint-(\d+)$")
 
 
@@ -52,6 +53,8 @@ def publish(staged: Path, root: Path, keep_last: int | None) -> Path:
 def problem(folder: Path) -> str | None:
     """Why this checkpoint cannot be resumed from, or None when it can."""
     missing = [name for name in REQUIRED if not (folder / name).is_file()]
+    if not any((folder / name).is_file() for name in MODEL_CONFIGS):
+        missing.insert(0, " or ".join(MODEL_CONFIGS))
     if missing:
         return f"missing {', '.join(missing)}"
     weights = sorted(folder.glob("*.safetensors"))

@@ -27,7 +27,9 @@ def train(cfg: Any) -> float:
     from agentrl.envs.workers import make_pool
     from agentrl.evaluate import PeriodicEvaluator, evaluation_split
     from agentrl.models import load_policy
-    from agentrl.tracking import Tracker, record_run
+    from agentrl.models import resolve_model_source
+    from agentrl.tracking import NullTracker, Tracker, record_run
+    from agentrl.train import distributed
     from agentrl.train.checkpoints import resume_checkpoint
     from agentrl.train.sampler import TaskSampler
     from agentrl.train.trainer import AgentTrainer
@@ -35,14 +37,19 @@ def train(cfg: Any) -> float:
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     _check_writable(run_dir)
+    if distributed.needs_launch(cfg.hardware):
+        resolve_model_source(cfg.model, cfg.env)  # build the tiny model once here, not in every rank at the same time
+        return distributed.launch_ranks(cfg, list(hydra_cfg.overrides.task), run_dir)
+    main_rank = int(os.environ.get("RANK", "0")) == 0
     set_seed(cfg.seed)
 
     # ---- setup
     checkpoint = resume_checkpoint(cfg.trainer.resume, run_dir)
-    if checkpoint is not None:
+    if checkpoint is not None and main_rank:
         step = truncate_metrics(run_dir, checkpoint)
         print(f"resuming from {checkpoint} (iteration {step})")
-    record_run(run_dir, cfg)
+    if main_rank:
+        record_run(run_dir, cfg)
     suite = make_suite(cfg.env)
     evaluation_split(cfg.eval, suite)  # a wrong split fails now, not after the model is built
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
@@ -50,7 +57,8 @@ def train(cfg: Any) -> float:
     pool = make_pool(suite.make_env, cfg.env.num_workers, cfg.env.step_timeout_s)  # shared by training and eval
     evaluator = PeriodicEvaluator(cfg, suite, tokenizer, pool)
     sweep_group = Path(hydra_cfg.sweep.dir).name if hydra_cfg.mode.name == "MULTIRUN" else None
-    tracker = Tracker(run_dir, cfg, cfg.trainer.iterations, group=sweep_group, job_name=run_dir.name)
+    tracker = (Tracker(run_dir, cfg, cfg.trainer.iterations, group=sweep_group, job_name=run_dir.name)
+               if main_rank else NullTracker())
     trainer = AgentTrainer(model=model, tokenizer=tokenizer, cfg=cfg, suite=suite, pool=pool, sampler=sampler,
                            tracker=tracker, evaluator=evaluator, output_dir=run_dir / "checkpoints")
 
@@ -59,7 +67,7 @@ def train(cfg: Any) -> float:
         if checkpoint is None:
             trainer.filter_tasks()  # ARPO's optional task selection; a no-op otherwise
         else:
-            trainer.load_agentrl_state(json.loads((checkpoint / "agentrl_state.json").read_text()))
+            trainer.load_agentrl_state(json.loads(trainer.agentrl_state_file(checkpoint).read_text()))
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
     finally:
         tracker.close()
@@ -67,6 +75,10 @@ def train(cfg: Any) -> float:
 
     # ---- report
     success = trainer.last_eval.get("eval/success", float("nan"))
+    if not main_rank:
+        return success
+    if distributed.is_rank_process():
+        distributed.write_result(run_dir, success)  # for the process that launched the ranks
     log.info("finished: held-out success %.3f; run folder %s", success, run_dir)
     print(f"held-out success {success:.3f} | run folder {run_dir} | checkpoint {run_dir / 'checkpoints' / 'last'}")
     return success

@@ -39,9 +39,13 @@ from agentrl.algos import advantages as estimators
 from agentrl.algos.entropy import EntropyRegularizer, row_weights
 from agentrl.algos.replay import ReplayBuffer, ReplayRule
 from agentrl.envs.faults import check_fault_share
+from agentrl.lora import peft_config
 from agentrl.train.checkpoints import publish, staging_root
+from agentrl.train.distributed import on_every_rank, rank_share, reduce_metrics
+from agentrl.train.vllm_options import grpo_vllm_kwargs, importance_sampling_ratio
 from agentrl.rollout.collector import PromptSpec, StepBatch, collect, summarize
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
+from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 
 LOSS_TYPES = {"token_mean": "dapo", "seq_mean": "grpo"}
 
@@ -55,7 +59,7 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
         # TRL's own batching is unused (the collector makes the batch), but its sampler needs
         # consistent numbers; gradient accumulation and steps_per_generation must stay 1, or TRL
         # silently drops rows.
-        per_device_train_batch_size=2,
+        per_device_train_batch_size=per_device_rows(cfg),
         num_generations=2,
         gradient_accumulation_steps=1,
         steps_per_generation=1,
@@ -75,6 +79,7 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
         bf16=hw.precision.value == "bf16",
         fp16=hw.precision.value == "fp16",
         gradient_checkpointing=False,
+        ddp_find_unused_parameters=False,  # every parameter takes part in every forward pass
         logging_steps=1,
         save_strategy="steps",
         save_steps=t.save_every,
@@ -84,7 +89,18 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
         seed=cfg.seed,
         dataloader_num_workers=0,
         remove_unused_columns=False,
+        **grpo_vllm_kwargs(cfg),
     )
+
+
+def per_device_rows(cfg: Any) -> int:
+    """TRL's per-device batch size. Unused by the HF path (2 keeps TRL's sampler happy); with vLLM, TRL sizes
+    the colocated engine's max_num_seqs from it, so it is the episodes per rank (kept even for TRL's sampler)."""
+    if cfg.rollout.backend.value != "vllm":
+        return 2
+    episodes = cfg.trainer.tasks_per_iteration * cfg.trainer.group_size
+    per_rank = -(-episodes // cfg.hardware.num_processes)
+    return per_rank + per_rank % 2
 
 
 def _unused_reward(prompts, completions, **kwargs):
@@ -141,9 +157,11 @@ class AgentTrainer(GRPOTrainer):
         self.entropy_reg = make_entropy_regularizer(cfg)
         self._loss_entropies: torch.Tensor | None = None
         self.nonfinite_in_a_row = self.nonfinite_total = 0
-        placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * 8})
+        rows = max(8, per_device_rows(cfg) * cfg.hardware.num_processes)  # at least one of TRL's batches
+        placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * rows})
         super().__init__(model=model, reward_funcs=[_unused_reward], args=grpo_config(cfg, output_dir),
-                         train_dataset=placeholder, processing_class=tokenizer)
+                         train_dataset=placeholder, processing_class=tokenizer,
+                         peft_config=peft_config(cfg.model.lora))
         self.remove_callback(PrinterCallback)  # metrics go through the tracker, not raw dicts on stdout
         self.add_callback(_IterationCallback(self))
 
@@ -152,11 +170,14 @@ class AgentTrainer(GRPOTrainer):
     def _generate_and_score_completions(self, inputs):
         cfg = self.cfg
         started = time.time()
-        tasks = self.sampler.next(cfg.trainer.tasks_per_iteration)
+        tasks = self.sampler.next(cfg.trainer.tasks_per_iteration)  # the same on every rank (seeded stream)
+        tasks = rank_share(tasks, self.accelerator.process_index, self.accelerator.num_processes)  # whole groups
+        self._record_tasks(tasks)
         batch = self._rollout(tasks, cfg.trainer.group_size)
-        rollout = summarize(batch, "rollout")  # this rollout's own episodes, before replay
+        episodes = self._all_ranks(batch.episodes)
+        rollout = summarize(StepBatch(episodes=episodes), "rollout")  # this rollout's own episodes, before replay
         self.iteration_metrics.update(rollout)
-        check_fault_share(int(rollout.get("rollout/faults", 0)), len(batch.episodes), cfg.env.max_fault_share,
+        check_fault_share(int(rollout.get("rollout/faults", 0)), len(episodes), cfg.env.max_fault_share,
                           f"iteration {self.state.global_step + 1}")
         self.iteration_metrics["rollout/groups_without_signal"] = _groups_without_signal(batch)
         if self.replay is not None:
@@ -171,7 +192,7 @@ class AgentTrainer(GRPOTrainer):
                                                 episode=a["episode"], step=a["step"])
             self.iteration_metrics.update({f"gigpo/step_group_{k}": v for k, v in estimators.step_group_metrics(sizes).items()})
         out = self._to_tensors(batch, advantages)
-        if self.beta != 0.0 and len(batch):
+        if self.beta != 0.0 and out["advantages"].numel():
             out["ref_per_token_logps"] = self._reference_logps(out)
         self.iteration_metrics.update({
             "rollout/rows": float(len(batch)),
@@ -181,14 +202,38 @@ class AgentTrainer(GRPOTrainer):
         })
         return out
 
+    def _record_tasks(self, tasks) -> None:
+        """One line per iteration and rank in <run>/tasks.jsonl: which task groups each rank trained on."""
+        line = json.dumps({"iteration": self.state.global_step + 1, "rank": self.accelerator.process_index,
+                           "tasks": [t.task_id for t in tasks]})
+        with (Path(self.args.output_dir).parent / "tasks.jsonl").open("a") as f:
+            f.write(line + "\n")  # one short append per rank: whole lines even when ranks write at once
+
+    def _all_ranks(self, items: list) -> list:
+        """Every rank's items, in rank order (a collective when there are several ranks)."""
+        if self.accelerator.num_processes == 1:
+            return list(items)
+        from accelerate.utils import gather_object
+
+        return gather_object(list(items))
+
     def _rollout(self, tasks, group_size: int) -> StepBatch:
         cfg = self.cfg
         sampling = SamplingSpec(cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens,
                                 cfg.rollout.max_prompt_tokens)
+        if self.use_vllm:  # TRL's engine (colocate or server); TRL syncs the weights into it
+            policy = TrainerVLLMPolicy(self, sampling, eos_token_ids=self.eos_token_ids)
+            return collect(self.suite, tasks, group_size, policy, self.prompt_spec,
+                           max_steps=cfg.env.max_steps, pool=self.pool)
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator) as unwrapped:
             policy = HFPolicy(unwrapped, self.processing_class, sampling, eos_token_ids=self.eos_token_ids)
             return collect(self.suite, tasks, group_size, policy, self.prompt_spec,
                            max_steps=cfg.env.max_steps, pool=self.pool)
+
+    def evaluate(self) -> dict[str, float]:
+        """Held-out evaluation with the full weights (ZeRO-3 gathers them; every rank takes part)."""
+        with unwrap_model_for_generation(self.model_wrapped, self.accelerator) as unwrapped:
+            return self.evaluator(unwrapped)
 
     def filter_tasks(self) -> None:
         """ARPO's task selection: keep the training tasks the base policy solves at least once in K tries."""
@@ -228,30 +273,79 @@ class AgentTrainer(GRPOTrainer):
             prompt_mask[row, p_width - len(p):] = 1
             completion_ids[row, : len(c)] = torch.tensor(c, dtype=torch.long)
             completion_mask[row, : len(c)] = 1
+        padding = self._rows_to_pad(len(order))
+        if padding:
+            prompt_ids, prompt_mask, completion_ids, completion_mask = _pad_rows(
+                padding, pad, prompt_ids, prompt_mask, completion_ids, completion_mask)
         num_items = self.accelerator.gather(completion_mask.sum().to(device)).sum()
         out = {
             "prompt_ids": prompt_ids.to(device),
             "prompt_mask": prompt_mask.to(device),
             "completion_ids": completion_ids.to(device),
             "completion_mask": completion_mask.to(device),
-            "advantages": torch.tensor(advantages[order], dtype=torch.float32, device=device),
+            "advantages": torch.tensor(np.concatenate([advantages[order], np.zeros(padding)]), dtype=torch.float32,
+                                       device=device),
             "num_items_in_batch": num_items,
         }
         if self.cfg.algo.replay.importance_correction:
-            out["old_per_token_logps"] = _behaviour_logps(batch, order, c_width).to(device)
+            logps = _behaviour_logps(batch, order, c_width)
+            out["old_per_token_logps"] = torch.cat([logps, torch.zeros(padding, logps.size(1))]).to(device)
         if self.entropy_reg is not None:
-            weights = row_weights(np.asarray(batch.episode)[order], completion_mask.sum(dim=1).numpy(),
+            real = len(order)
+            weights = row_weights(np.asarray(batch.episode)[order], completion_mask[:real].sum(dim=1).numpy(),
                                   self.cfg.algo.entropy.aggregation.value)
+            weights = np.concatenate([weights, np.zeros(padding)])
             out["entropy_row_weight"] = torch.tensor(weights, dtype=torch.float32, device=device)
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            out.update(self._vllm_importance_keys(batch, order, padding, out))
         return out
 
     @torch.no_grad()
+    def _vllm_importance_keys(self, batch: StepBatch, order: list[int], padding: int, out: dict) -> dict:
+        """TRL's keys for its vLLM/trainer mismatch correction: the sampler's log-probs, the trainer's, the ratio.
+
+        Replayed rows (ARPO) get no sampler log-probs (NaN, ratio 1): their staleness is what
+        algo.replay.importance_correction is for."""
+        width = out["completion_ids"].size(1)
+        sampling = torch.full((len(order) + padding, width), float("nan"))
+        for row, i in enumerate(order):
+            values = batch.logprobs[i]
+            if values is not None and not batch.replayed[i]:
+                sampling[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
+        sampling = sampling.to(out["completion_mask"].device)
+        current = self._logps_of(self.model, out)
+        ratio = importance_sampling_ratio(current, sampling, out["completion_mask"], self.vllm_importance_sampling_mode,
+                                          self.vllm_importance_sampling_clip_min, self.vllm_importance_sampling_clip_max)
+        keys = {"sampling_per_token_logps": torch.nan_to_num(sampling, nan=0.0), "importance_sampling_ratio": ratio}
+        if "old_per_token_logps" not in out:  # ARPO's importance correction sets its own
+            keys["old_per_token_logps"] = current
+        return keys
+
+    def _rows_to_pad(self, rows: int) -> int:
+        """Rows of padding that bring this rank to the largest rank's row count, so that every rank runs the
+        same number of equally sized micro-batches (TRL's loss gathers across ranks; unequal ranks hang)."""
+        if self.accelerator.num_processes == 1:
+            return 0
+        counts = self.accelerator.gather(torch.tensor([rows], device=self.accelerator.device))
+        return int(counts.max()) - rows
+
+    @torch.no_grad()
     def _reference_logps(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The KL reference's log-probs: the frozen copy, or with LoRA the base model (adapter disabled, as TRL does)."""
+        if self.ref_model is not None:
+            return self._logps_of(self.ref_model, batch)
+        from trl.trainer.utils import use_adapter
+
+        peft_model = self.accelerator.unwrap_model(self.model)
+        with use_adapter(peft_model, adapter_name="ref" if "ref" in peft_model.peft_config else None):
+            return self._logps_of(self.model, batch)
+
+    def _logps_of(self, model, batch: dict[str, Any]) -> torch.Tensor:
         chunks = []
         for micro in _micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
             ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], dim=1)
             mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], dim=1)
-            logps, _, _ = self._get_per_token_logps_and_entropies(self.ref_model, ids, mask, micro["completion_ids"].size(1))
+            logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, mask, micro["completion_ids"].size(1))
             chunks.append(logps)
         return torch.cat(chunks, dim=0)
 
@@ -279,14 +373,17 @@ class AgentTrainer(GRPOTrainer):
         batch = self._generate_and_score_completions(inputs)
         started = time.time()
         total = torch.zeros((), device=self.accelerator.device)
-        finite = bool(torch.isfinite(batch["advantages"]).all())
+        finite = on_every_rank(self.accelerator, bool(torch.isfinite(batch["advantages"]).all()))
         if batch["advantages"].numel() and finite:
             for micro in _micro_batches(batch, self.cfg.trainer.micro_batch_size):
                 with self.compute_loss_context_manager():
                     loss = self._compute_loss(model, micro)
                 if not torch.isfinite(loss):
                     finite = False
-                    break
+                    if self.accelerator.num_processes == 1:
+                        break
+                    # other ranks are in the middle of the same backward passes (gradient all-reduce):
+                    # go on, and let _accept_update throw the whole update away on every rank
                 self.accelerator.backward(loss)
                 total += loss.detach()
         if not self._accept_update(model, finite):
@@ -304,8 +401,7 @@ class AgentTrainer(GRPOTrainer):
         """A non-finite advantage or loss skips the update (no gradient reaches the optimizer); too many in a row stop the run."""
         from agentrl.errors import UserError
 
-        finite = bool(self.accelerator.reduce(torch.tensor(float(finite), device=self.accelerator.device),
-                                              reduction="min") > 0)  # every rank skips together
+        finite = on_every_rank(self.accelerator, finite)  # every rank skips together
         if finite:
             self.nonfinite_in_a_row = 0
             return True
@@ -345,21 +441,32 @@ class AgentTrainer(GRPOTrainer):
         return str(staging) if staging is not None else super()._get_output_dir(trial)
 
     def _save_checkpoint(self, model, trial):
-        """TRL/transformers write the checkpoint into a staging folder; it is renamed into place when complete."""
+        """TRL/transformers write the checkpoint into a staging folder; it is renamed into place when complete.
+
+        With several ranks, each rank writes its own RNG state and agentrl state there, and rank 0
+        publishes once every rank has finished writing (checkpoints are written once)."""
         from omegaconf import OmegaConf
 
         root = Path(self._get_output_dir(trial=trial))
         self._staging_root = staging_root(root, clear=self.args.should_save)
+        self.accelerator.wait_for_everyone()  # nobody writes into the staging folder before rank 0 has cleared it
         try:
             super()._save_checkpoint(model, trial)  # into .staging/checkpoint-<k>, via _get_output_dir
         finally:
             self._staging_root = None
+        staged = staging_root(root) / f"checkpoint-{self.state.global_step}"
+        staged.mkdir(parents=True, exist_ok=True)
+        self.agentrl_state_file(staged).write_text(json.dumps(self.agentrl_state(), indent=2))
+        self.accelerator.wait_for_everyone()
         if not self.args.should_save:
             return
-        staged = staging_root(root) / f"checkpoint-{self.state.global_step}"
         (staged / "agentrl_config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
-        (staged / "agentrl_state.json").write_text(json.dumps(self.agentrl_state(), indent=2))
         publish(staged, root, keep_last=self.args.save_total_limit)
+
+    def agentrl_state_file(self, checkpoint: Path) -> Path:
+        """agentrl_state.json for rank 0 (the one a checkpoint's completeness is judged by); one file per other rank."""
+        rank = self.accelerator.process_index
+        return checkpoint / ("agentrl_state.json" if rank == 0 else f"agentrl_state_rank{rank}.json")
 
 
 def _behaviour_logps(batch: StepBatch, order: list[int], width: int) -> torch.Tensor:
@@ -376,6 +483,18 @@ def _behaviour_logps(batch: StepBatch, order: list[int], width: int) -> torch.Te
     return logps
 
 
+def _pad_rows(count: int, pad_id: int, prompt_ids, prompt_mask, completion_ids, completion_mask):
+    """Append `count` rows that weigh nothing: one attended pad token of prompt (an all-masked row would give
+    NaN attention), a completion with an all-zero mask, and (by the caller) advantage 0."""
+    def extra(like: torch.Tensor, value: int) -> torch.Tensor:
+        return torch.full((count, like.size(1)), value, dtype=like.dtype)
+
+    prompt_pad = extra(prompt_mask, 0)
+    prompt_pad[:, -1] = 1
+    return (torch.cat([prompt_ids, extra(prompt_ids, pad_id)]), torch.cat([prompt_mask, prompt_pad]),
+            torch.cat([completion_ids, extra(completion_ids, pad_id)]), torch.cat([completion_mask, extra(completion_mask, 0)]))
+
+
 def _groups_without_signal(batch: StepBatch) -> float:
     """Share of groups whose episodes all had the same return (no learning signal without penalties)."""
     by_group: dict[int, set] = {}
@@ -385,7 +504,8 @@ def _groups_without_signal(batch: StepBatch) -> float:
 
 
 _PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-_COMPLETION_KEYS = ("completion_ids", "completion_mask", "ref_per_token_logps", "old_per_token_logps")
+_COMPLETION_KEYS = ("completion_ids", "completion_mask", "ref_per_token_logps", "old_per_token_logps",
+                    "sampling_per_token_logps", "importance_sampling_ratio")
 
 
 def _micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
@@ -415,12 +535,12 @@ class _IterationCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.trainer.cfg.trainer.eval_every > 0 and state.global_step == 0:  # a resumed run has it already
-            self.trainer.tracker.log(0, self.trainer.evaluator(self.trainer.model))
+            self.trainer.tracker.log(0, self.trainer.evaluate())
 
     def on_step_end(self, args, state, control, **kwargs):
         every = self.trainer.cfg.trainer.eval_every
         if (every > 0 and state.global_step % every == 0) or state.global_step >= state.max_steps:
-            self.trainer.last_eval = self.trainer.evaluator(self.trainer.model)
+            self.trainer.last_eval = self.trainer.evaluate()
             self.trainer.iteration_metrics.update(self.trainer.last_eval)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
@@ -428,8 +548,8 @@ class _IterationCallback(TrainerCallback):
             return  # the end-of-training summary, not an iteration
         names = {"loss": "train/loss", "grad_norm": "train/grad_norm", "learning_rate": "train/learning_rate",
                  "entropy": "train/entropy", "kl": "train/kl", "clip_ratio/region_mean": "train/clip_ratio"}
-        record = {new: logs[old] for old, new in names.items() if old in logs}
-        record.update(self.trainer.iteration_metrics)
+        record = {new: logs[old] for old, new in names.items() if old in logs}  # TRL reduced these across ranks
+        record.update(reduce_metrics(self.trainer._all_ranks([self.trainer.iteration_metrics])))
         rollout_s, update_s = record.get("time/rollout_s", 0.0), record.get("time/update_s", 0.0)
         record["time/iteration_s"] = rollout_s + update_s
         self.trainer.tracker.log(state.global_step, record)

@@ -17,12 +17,20 @@ def make_checkpoint(root: Path, step: int) -> Path:
     folder = root / "checkpoints" / f"checkpoint-{step}"
     folder.mkdir(parents=True)
     save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
-    for name in REQUIRED:
+    for name in (*REQUIRED, "config.json"):
         if name.endswith(".json"):
             (folder / name).write_text(json.dumps({"iteration": step}))
         else:
             (folder / name).write_bytes(b"torch state")
     return folder
+
+
+def test_a_lora_checkpoint_needs_its_adapter_config(tmp_path):
+    folder = make_checkpoint(tmp_path, 2)
+    (folder / "config.json").unlink()
+    assert "missing config.json or adapter_config.json" in problem(folder)
+    (folder / "adapter_config.json").write_text("{}")
+    assert problem(folder) is None
 
 
 def test_a_complete_checkpoint_has_no_problem(tmp_path):

@@ -13,6 +13,7 @@ from agentrl.train.trainer import AgentTrainer
 
 class _OneProcess:
     device = torch.device("cpu")
+    num_processes = 1
 
     @staticmethod
     def reduce(tensor, reduction):

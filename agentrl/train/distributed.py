@@ -1,0 +1,146 @@
+"""Several training ranks: agentrl starts them through accelerate, and the ranks agree on their work.
+
+`agentrl train hardware=multi_gpu hardware.num_processes=8` (or `hardware=cpu_ddp`) runs Hydra as
+usual; the job then re-runs itself as `accelerate launch ... -m agentrl.cli train <the job's overrides>`
+with the job's own folder, so the user never writes an `accelerate launch` line, Hydra multiruns and
+sweepers work unchanged (each job launches its own ranks) and the job returns what rank 0 measured.
+
+Inside the ranks, the helpers below keep the collectives in step: groups are split across ranks
+whole, every rank pads its batch to the same number of rows (so every rank runs the same number of
+equally sized micro-batches: TRL's loss gathers metrics across ranks), and metrics are reduced.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from agentrl.errors import UserError
+
+RESULT_FILE = "result.json"  # rank 0 writes the job's return value here for the launching process
+
+# Metrics of a rank's own rows that add up across ranks; "time/" metrics take the slowest rank; everything
+# else is a mean (rollout/* success and friends are computed from every rank's episodes, so all ranks agree).
+SUMMED_METRICS = {"rollout/rows", "rollout/completion_tokens", "replay/groups_injected", "replay/episodes_added"}
+
+
+def world_size() -> int:
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def is_rank_process() -> bool:
+    """True inside a process that accelerate (torchrun) started as one of several ranks."""
+    return world_size() > 1
+
+
+def needs_launch(hardware: Any) -> bool:
+    return hardware.num_processes > 1 and not is_rank_process()
+
+
+# --------------------------------------------------------------------------- launching
+
+
+def config_file(hardware: Any) -> Path | None:
+    """The accelerate config for the strategy: hardware.accelerate_config, else conf/accelerate/<strategy>.yaml."""
+    if hardware.accelerate_config:
+        return Path(hardware.accelerate_config).expanduser()
+    strategy = hardware.strategy.value
+    if strategy == "ddp":
+        return None  # plain DDP needs no config file: the flags below say it all
+    from agentrl.launch import config_dir
+
+    return config_dir() / "accelerate" / f"{strategy}.yaml"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> list[str]:
+    """`python -m accelerate.commands.launch <flags> -m agentrl.cli train <overrides> hydra.run.dir=<run_dir>`."""
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[hardware.precision.value]
+    flags = ["--num_processes", str(hardware.num_processes), "--num_machines", "1",
+             "--mixed_precision", mixed, "--dynamo_backend", "no",
+             "--main_process_port", str(hardware.main_process_port or free_port())]
+    cfg_file = config_file(hardware)
+    if cfg_file is not None:
+        flags = ["--config_file", str(cfg_file), *flags]
+    else:
+        # accelerate's torchrun launcher; on CPU the ranks then run Accelerator(cpu=True) over gloo
+        # (accelerate's own --cpu flag would start a single process).
+        flags.append("--multi_gpu")
+    job_args = [o for o in overrides if not o.startswith("hydra.run.dir=")]
+    return [sys.executable, "-m", "accelerate.commands.launch", *flags, "-m", "agentrl.cli", "train",
+            *job_args, f"hydra.run.dir={_quote(str(run_dir))}"]
+
+
+def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
+    """Run the training job on hardware.num_processes ranks and return rank 0's held-out success."""
+    if cfg.hardware.launcher.value != "accelerate":
+        raise UserError(f"hardware.num_processes={cfg.hardware.num_processes} needs hardware.launcher=accelerate")
+    command = launch_command(cfg.hardware, overrides, run_dir)
+    print(f"launching {cfg.hardware.num_processes} ranks ({cfg.hardware.strategy.value}) through accelerate; "
+          f"run folder {run_dir}", flush=True)
+    result = run_dir / RESULT_FILE
+    result.unlink(missing_ok=True)
+    code = subprocess.call(command, env={**os.environ, "AGENTRL_LAUNCHED": "1"})
+    if code != 0:
+        raise UserError(f"the {cfg.hardware.num_processes} training ranks stopped with exit code {code} "
+                        f"(their messages are above; log: {run_dir / 'train.log'})")
+    try:
+        return float(json.loads(result.read_text())["eval/success"])
+    except (OSError, ValueError, KeyError):
+        raise UserError(f"the training ranks finished but left no {result}") from None
+
+
+def write_result(run_dir: Path, success: float) -> None:
+    (run_dir / RESULT_FILE).write_text(json.dumps({"eval/success": success}))
+
+
+def _quote(value: str) -> str:
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+# --------------------------------------------------------------------------- inside the ranks
+
+
+def rank_share(items: Sequence, rank: int, ranks: int) -> list:
+    """This rank's contiguous share of whole groups (tasks); the shares of all ranks partition `items`."""
+    per, extra = divmod(len(items), ranks)
+    start = rank * per + min(rank, extra)
+    return list(items[start : start + per + (1 if rank < extra else 0)])
+
+
+def on_every_rank(accelerator: Any, flag: bool) -> bool:
+    """True when the flag holds on every rank (a collective when there are several)."""
+    if accelerator.num_processes == 1:
+        return flag
+    import torch
+
+    flags = accelerator.gather(torch.tensor([float(flag)], device=accelerator.device))
+    return bool(flags.min() > 0)
+
+
+def reduce_metrics(per_rank: list[dict[str, float]]) -> dict[str, float]:
+    """One record from every rank's metrics: sums for counts, the slowest rank for times, else the mean.
+
+    A key that only some ranks have (rank-0 evaluation, say) is reduced over those ranks."""
+    keys = sorted({k for metrics in per_rank for k in metrics})
+    out = {}
+    for key in keys:
+        values = [float(m[key]) for m in per_rank if key in m]
+        if key in SUMMED_METRICS:
+            out[key] = sum(values)
+        elif key.startswith("time/"):
+            out[key] = max(values)
+        else:
+            out[key] = sum(values) / len(values)
+    return out

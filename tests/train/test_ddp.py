@@ -1,0 +1,84 @@
+"""hardware=cpu_ddp: two CPU ranks over gloo, launched by agentrl through accelerate.
+
+Both ranks must train on disjoint whole groups whose union is what one process trains on (the task
+stream is seeded), and the run folder must look like a single-process run's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from safetensors import safe_open
+
+pytestmark = pytest.mark.slow
+
+SMALL = ["+debug=fast", "trainer.iterations=2", "trainer.save_every=2", "trainer.tasks_per_iteration=4",
+         "trainer.group_size=2", "eval.num_tasks=4", "algo.kl_coef=0.01", "seed=3"]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, cache_dir):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    env = {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    out = {}
+    for name, extra in (("single", []), ("ddp", ["hardware=cpu_ddp"])):
+        run_dir = tmp_path_factory.mktemp(name) / "r"
+        result = subprocess.run([sys.executable, "-m", "agentrl.cli", "train", *SMALL, *extra, f"hydra.run.dir={run_dir}"],
+                                cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=900)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+        out[name] = (run_dir, result)
+    return out
+
+
+def _tasks(run_dir: Path) -> dict[int, dict[int, list[str]]]:
+    by_iteration: dict[int, dict[int, list[str]]] = defaultdict(dict)
+    for line in (run_dir / "tasks.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        by_iteration[record["iteration"]][record["rank"]] = record["tasks"]
+    return by_iteration
+
+
+def test_ranks_train_on_disjoint_whole_groups(runs):
+    single, ddp = _tasks(runs["single"][0]), _tasks(runs["ddp"][0])
+    assert sorted(ddp) == sorted(single) == [1, 2]
+    for iteration, ranks in ddp.items():
+        assert sorted(ranks) == [0, 1]
+        assert ranks[0] and ranks[1], "each rank gets at least one group"
+        assert not set(ranks[0]) & set(ranks[1]), "a group must not be split or shared across ranks"
+        assert ranks[0] + ranks[1] == single[iteration][0], "together the ranks train on one process's groups"
+
+
+def test_launched_through_accelerate(runs):
+    _, result = runs["ddp"]
+    assert "launching 2 ranks (ddp) through accelerate" in result.stdout
+    assert "held-out success" in result.stdout
+
+
+def test_same_structure_as_a_single_process_run(runs):
+    (single_dir, _), (ddp_dir, _) = runs["single"], runs["ddp"]
+    single = [json.loads(line) for line in (single_dir / "metrics.jsonl").read_text().splitlines()]
+    ddp = [json.loads(line) for line in (ddp_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in ddp] == [r["iteration"] for r in single] == [0, 1, 2], "metrics are logged once"
+    for a, b in zip(single, ddp):
+        assert set(a) == set(b)
+    for r in ddp[1:]:
+        # rows are summed over ranks: 4 groups x 2 episodes, at least one turn each
+        assert r["rollout/rows"] >= 8
+    single_ckpt, ddp_ckpt = single_dir / "checkpoints" / "last", ddp_dir / "checkpoints" / "last"
+    per_rank = {"agentrl_state_rank1.json", "rng_state_0.pth", "rng_state_1.pth", "rng_state.pth"}
+    assert {p.name for p in single_ckpt.iterdir()} - per_rank == {p.name for p in ddp_ckpt.iterdir()} - per_rank
+    assert (ddp_ckpt / "agentrl_state_rank1.json").is_file(), "each rank keeps its own state"
+    assert [p.name for p in (ddp_dir / "checkpoints").iterdir() if p.name.startswith("checkpoint-")] == ["checkpoint-2"]
+    with safe_open(str(single_ckpt / "model.safetensors"), "pt") as a, safe_open(str(ddp_ckpt / "model.safetensors"), "pt") as b:
+        assert set(a.keys()) == set(b.keys())
+        for key in a.keys():
+            assert a.get_slice(key).get_shape() == b.get_slice(key).get_shape()
+    assert json.loads((ddp_dir / "result.json").read_text())["eval/success"] == ddp[-1]["eval/success"]
