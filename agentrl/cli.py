@@ -79,6 +79,30 @@ def evaluate(
         run_hydra("eval", args, entry)
 
 
+@app.command()
+def export(
+    checkpoint: str = typer.Argument(..., help="A checkpoint folder, or a run folder (its last checkpoint)."),
+    out: str = typer.Option(..., "--out", help="Folder to write (new or empty): a plain model + tokenizer."),
+) -> None:
+    """Write a checkpoint as a plain model that loads without PEFT: a LoRA adapter is merged into its base.
+
+    \b
+    agentrl export outputs/<run> --out models/household-lora-merged
+    agentrl eval models/household-lora-merged        # or: agentrl train model.path=models/household-lora-merged
+    """
+    with user_errors():
+        from transformers.utils import logging as hf_logging
+
+        from agentrl.evaluate import resolve_checkpoint
+        from agentrl.lora import is_adapter_checkpoint, merge_adapter
+
+        hf_logging.disable_progress_bar()
+        folder = resolve_checkpoint(checkpoint)
+        written = merge_adapter(folder, out)
+        what = "LoRA adapter merged into its base" if is_adapter_checkpoint(folder) else "full model copied"
+        typer.echo(f"exported {folder} ({what}) to {written}")
+
+
 @app.command(context_settings=_HYDRA_ARGS)
 def config(ctx: typer.Context) -> None:
     """Print the composed training config for the given overrides.

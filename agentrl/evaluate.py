@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import logging
+import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 
 from agentrl.errors import UserError
+from agentrl.models import load_tokenizer
 from agentrl.rollout.collector import Policy, PromptSpec, StepBatch, collect, summarize
 
 log = logging.getLogger(__name__)
@@ -82,11 +85,12 @@ def resolve_checkpoint(path: str) -> Path:
     """A checkpoint folder, or a run folder whose checkpoints/last is taken."""
     p = Path(path).expanduser()
     for candidate in (p, p / "checkpoints" / "last", p / "last"):
-        if (candidate / "config.json").is_file():
+        if (candidate / "config.json").is_file() or (candidate / "adapter_config.json").is_file():  # full or LoRA
             return candidate.resolve()
     if not p.exists():
         raise UserError(f"checkpoint {path} does not exist")
-    raise UserError(f"{path} holds no checkpoint (expected a model folder with config.json, or a run folder with checkpoints/last)")
+    raise UserError(f"{path} holds no checkpoint (expected a model folder with config.json or a LoRA adapter "
+                    "with adapter_config.json, or a run folder with checkpoints/last)")
 
 
 def evaluate_from_config(cfg: Any) -> float:
@@ -98,8 +102,7 @@ def evaluate_from_config(cfg: Any) -> float:
 
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
-    from agentrl.models import load_model, load_tokenizer
-    from agentrl.rollout.policies import HFPolicy, RandomPolicy
+    from agentrl.rollout.policies import RandomPolicy
 
     hf_logging.disable_progress_bar()
     checkpoint = None
@@ -114,12 +117,11 @@ def evaluate_from_config(cfg: Any) -> float:
     split = evaluation_split(cfg.eval, suite)
     tasks = evaluation_tasks(suite, split, cfg.eval.num_tasks)
     torch.manual_seed(cfg.eval.seed)
+    scratch = ExitStack()  # a LoRA checkpoint merged for vLLM lives here until the evaluation is over
     if checkpoint is not None:
-        tokenizer = load_tokenizer(str(checkpoint))
-        model = load_model(str(checkpoint), cfg.hardware.precision.value, cfg.hardware.device.value)
         # generation length and prompt budget follow training (tiny: 16 tokens)
         sampling = eval_sampling(cfg.eval, trained.rollout if trained is not None else cfg.rollout)
-        policy = HFPolicy(model, tokenizer, sampling)
+        policy = _checkpoint_policy(cfg, checkpoint, trained, sampling, scratch)
         policy_name = str(checkpoint)
     else:
         policy, policy_name = RandomPolicy(cfg.eval.seed), "random admissible policy"
@@ -136,13 +138,34 @@ def evaluate_from_config(cfg: Any) -> float:
     }
     _print_protocol(protocol)
     prompt = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
-    with make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool:
+    with scratch, make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool:
         batch = run_episodes(suite, policy, prompt, tasks, cfg.eval.episodes_per_task, env_cfg.max_steps,
                              keep_transcripts=True, pool=pool)
     metrics = summarize(batch, "eval")
     _print_table(metrics)
     _write_results(out_dir, protocol, metrics, batch)
     return metrics.get("eval/success", 0.0)
+
+
+def _checkpoint_policy(cfg: Any, checkpoint: Path, trained: Any | None, sampling, scratch: ExitStack) -> Policy:
+    """The policy of a checkpoint (full weights, or a LoRA adapter on its base) on rollout.backend."""
+    from agentrl import lora
+
+    if _backend(cfg.rollout) == "vllm":
+        from agentrl.rollout.vllm_policy import make_eval_policy
+
+        # vLLM loads plain weights: a LoRA adapter is merged first (or its merge_on_save copy is used)
+        source = lora.servable_model(checkpoint, scratch.enter_context(tempfile.TemporaryDirectory()))
+        return make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=cfg.eval.seed)
+    from agentrl.rollout.policies import HFPolicy
+
+    model, tokenizer = lora.load_checkpoint(checkpoint, cfg.hardware.precision.value, cfg.hardware.device.value, trained)
+    return HFPolicy(model, tokenizer, sampling)
+
+
+def _backend(rollout_cfg: Any) -> str:
+    backend = rollout_cfg.backend
+    return getattr(backend, "value", backend)
 
 
 def _training_config(checkpoint: Path) -> Any | None:

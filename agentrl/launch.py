@@ -5,13 +5,15 @@ folders. This module adds only what Hydra lacks:
 - a preflight compose of the overrides, so that a typo ends the command with one
   line that names the key and its close matches, before anything runs;
 - a job wrapper, so that one failing job of a multirun is recorded and the
-  others go on.
+  others go on (for a sweeper such as Optuna's, a failed trial).
 """
 
 from __future__ import annotations
 
 import difflib
 import json
+import math
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -26,9 +28,15 @@ _HYDRA_FLAGS = {"--multirun", "-m", "--resolve", "--run", "-r", "--hydra-help", 
 _NO_JOB_FLAGS = {"--hydra-help", "--info", "-i", "--shell-completion", "-sc", "--experimental-rerun"}
 
 # Groups kept out of the defaults list so that `+group=x` works; `group=x` is accepted too.
-_APPENDED_GROUPS = ("algo", "debug")
+_APPENDED_GROUPS = ("algo", "debug", "hparams_search")
+
+# Hydra plugins that agentrl's configs name, and the extra that installs them.
+_PLUGIN_EXTRAS = {"hydra/sweeper/optuna": "sweep", "hydra/launcher/submitit_slurm": "sweep",
+                  "hydra/launcher/submitit_local": "sweep"}
 
 _failed_jobs: list[str] = []
+_job_count = 0
+_full_error_set = False  # run_hydra set HYDRA_FULL_ERROR for the sweeper; jobs and their children do not see it
 
 
 def config_dir() -> Path:
@@ -80,7 +88,10 @@ def split_flags(args: list[str]) -> tuple[list[str], list[str]]:
 
 
 def _value_variants(overrides: list[str]) -> list[list[str]]:
-    """The override lists to check: every sweep at its first value, then each other value once."""
+    """The override lists to check: every sweep at its first value, then each other value once.
+
+    An interval (Optuna's `interval(a, b)`, `tag(log, interval(a, b))`) is checked at its two ends, so that a
+    misspelled key or a value out of range fails before the first trial, like any other sweep."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     try:
@@ -97,9 +108,14 @@ def _value_variants(overrides: list[str]) -> list[list[str]]:
             base.append(text)
             continue
         try:
-            values = list(ov.sweep_string_iterator())
+            if ov.is_interval_sweep():
+                values = [str(ov.value().start), str(ov.value().end)]
+            else:
+                values = list(ov.sweep_string_iterator())
         except Exception:
-            continue  # a range for a sweeper (interval, tag): nothing discrete to check
+            continue  # a sweep only a sweeper understands: Hydra reports it
+        if not values:
+            continue
         base.append(f"{key}={values[0]}")
         sweeps.append((len(base) - 1, [f"{key}={v}" for v in values[1:]]))
     variants = [base]
@@ -111,9 +127,11 @@ def _value_variants(overrides: list[str]) -> list[list[str]]:
     return variants
 
 
-def preflight(config_name: str, overrides: list[str]):
+def preflight(config_name: str, overrides: list[str], multirun: bool = False):
     """Compose every variant of the overrides and run the semantic checks; raise UserError on the first problem.
 
+    In a multirun the sweeper's own search space (hydra.sweeper.params, e.g. from hparams_search=optuna)
+    is checked too, as the sweeper will combine it with the command line.
     Returns the composed config of the first variant (every sweep at its first value)."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
@@ -123,6 +141,8 @@ def preflight(config_name: str, overrides: list[str]):
     GlobalHydra.instance().clear()
     composed = []
     with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        if multirun:
+            overrides = _sweeper_params(config_name, overrides) + list(overrides)
         for variant in _value_variants(overrides):
             try:
                 cfg = compose(config_name=config_name, overrides=variant)
@@ -132,6 +152,22 @@ def preflight(config_name: str, overrides: list[str]):
             composed.append(cfg)
     GlobalHydra.instance().clear()
     return composed[0]
+
+
+def _sweeper_params(config_name: str, overrides: list[str]) -> list[str]:
+    """hydra.sweeper.params as overrides, less the keys the command line sets (the sweepers let those win)."""
+    from hydra import compose
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        first = _value_variants(overrides)[0]
+        first += [o for o in overrides if o.lstrip("+~").startswith("hydra.") and "/" not in o.split("=", 1)[0]]
+        cfg = compose(config_name=config_name, overrides=first, return_hydra_config=True)
+        params = cfg.hydra.sweeper.get("params") or {}
+        given = {ov.get_key_element().lstrip("+~") for ov in OverridesParser.create().parse_overrides(overrides)}
+    except Exception:
+        return []  # composition problems are reported by the checks that follow, the rest by Hydra
+    return [f"{key}={value}" for key, value in params.items() if str(key).lstrip("+~") not in given]
 
 
 def check_output_folder(config_name: str, overrides: list[str], multirun: bool) -> None:
@@ -182,6 +218,10 @@ def explain_compose_error(err: Exception, config_name: str, overrides: list[str]
     if isinstance(err, MissingConfigException) or isinstance(cause, MissingConfigException):
         missing = err if isinstance(err, MissingConfigException) else cause
         path = getattr(missing, "missing_cfg_file", "") or ""
+        if path in _PLUGIN_EXTRAS:
+            group, option = path.rsplit("/", 1)
+            return (f"{group}={option} needs a Hydra plugin that is not installed: "
+                    f"pip install 'agentrl[{_PLUGIN_EXTRAS[path]}]'")
         if "/" in path:
             group, option = path.rsplit("/", 1)
             options = _group_options(group)
@@ -244,19 +284,32 @@ def _close_keys(full_key: str, config_name: str, overrides: list[str]) -> str:
 
 
 def _guarded_job(entry: Callable):
-    """Wrap a job so that, in a multirun, a failure is recorded and the sweep goes on."""
+    """Wrap a job so that, in a multirun, a failure is recorded and the sweep goes on.
+
+    A failed job returns None: Optuna's sweeper records a trial whose value is not a number as failed
+    and goes on. NaN would not do: with optuna 2.x (which every hydra-optuna-sweeper release requires)
+    `study.tell` raises on NaN, the sweeper's recovery raises in turn, and the whole search ends. So a
+    NaN objective is handed on as None too."""
 
     def job(cfg):
+        global _job_count
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
+        _job_count += 1
+        if _full_error_set:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
         try:
             from agentrl.config import check_config
 
             check_config(cfg)
-            return entry(cfg)
+            result = entry(cfg)
+            if multirun and isinstance(result, float) and math.isnan(result):
+                print(f"warning: job {hc.job.num} has no objective (NaN); a sweeper records it as failed", file=sys.stderr)
+                return None
+            return result
         except Exception as err:  # UserError included: in a multirun every failure is recorded
             if not multirun:
                 if isinstance(err, UserError) and not debug_enabled():
@@ -273,30 +326,59 @@ def _guarded_job(entry: Callable):
             _failed_jobs.append(f"{job_dir}: {message}")
             print(f"error: job {hc.job.num} ({' '.join(hc.overrides.task)}) failed: {message}", file=sys.stderr)
             return None
+        finally:
+            if _full_error_set:
+                os.environ["HYDRA_FULL_ERROR"] = "1"
 
     return job
 
 
 def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     """Run `entry(cfg)` under Hydra's own main, as if `args` were typed after the command."""
+    global _job_count, _full_error_set
     import hydra
+    from hydra.errors import CompactHydraException
 
     from agentrl.config import register_configs
 
     register_configs()
     args = normalise_args(args)
     overrides, flags = split_flags(args)
+    multirun = bool({"-m", "--multirun"} & set(flags))
     if not set(flags) & _NO_JOB_FLAGS:
-        preflight(config_name, overrides)
-        check_output_folder(config_name, overrides, multirun=bool({"-m", "--multirun"} & set(flags)))
+        preflight(config_name, overrides, multirun=multirun)
+        check_output_folder(config_name, overrides, multirun=multirun)
 
     _failed_jobs.clear()
+    _job_count = 0
     saved_argv = sys.argv
     sys.argv = [f"agentrl {config_name}", *args]
+    if multirun and "HYDRA_FULL_ERROR" not in os.environ:
+        # Let a sweeper's own error reach us instead of Hydra's printout: Optuna's sweeper, for one, raises
+        # when every trial failed (no best trial), which is better said in one line with the jobs' errors.
+        os.environ["HYDRA_FULL_ERROR"] = "1"
+        _full_error_set = True
     try:
         main = hydra.main(config_path=str(config_dir()), config_name=config_name, version_base="1.3")
         main(_guarded_job(entry))()
+    except Exception as err:
+        if not multirun:
+            raise
+        if _failed_jobs:
+            fail(_failure_summary(), 1)
+        if isinstance(err, CompactHydraException):
+            fail(_first_line(str(err)), 1)
+        raise
     finally:
         sys.argv = saved_argv
+        if _full_error_set:
+            os.environ.pop("HYDRA_FULL_ERROR", None)
+            _full_error_set = False
     if _failed_jobs:
-        fail(f"{len(_failed_jobs)} job(s) failed, the others finished; first: {_failed_jobs[0]}", 1)
+        fail(_failure_summary(), 1)
+
+
+def _failure_summary() -> str:
+    if len(_failed_jobs) >= _job_count:
+        return f"all {len(_failed_jobs)} job(s) failed; first: {_failed_jobs[0]}"
+    return f"{len(_failed_jobs)} job(s) failed, the others finished; first: {_failed_jobs[0]}"

@@ -22,8 +22,11 @@ PLAIN_TOKENIZER_CLASSES = ("PreTrainedTokenizerFast", "TokenizersBackend")
 
 
 def torch_dtype(precision: str):
+    """The torch dtype of hardware.precision; "auto" keeps the dtype the weights are stored in."""
     import torch
 
+    if precision == "auto":
+        return "auto"
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
 
 

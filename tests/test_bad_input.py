@@ -48,6 +48,8 @@ CASES = {
     "unwritable output folder": (lambda t: ["train", f"hydra.run.dir={_unwritable(t)}", "logger=none"], "cannot be made"),
     "eval split that does not exist": (lambda t: ["train", "eval.split=nope", "logger=none"], "nope"),
     "setting that cannot apply": (lambda t: ["train", "algo.replay.capacity=3"], "has no effect"),
+    "vLLM requested but not installed": (lambda t: ["train", "rollout.backend=vllm"], "pip install 'agentrl[vllm]'"),
+    "several processes without a launcher": (lambda t: ["train", "hardware.num_processes=2"], "hardware.launcher=accelerate"),
 }
 
 
@@ -55,6 +57,8 @@ CASES = {
 def test_bad_input_is_one_line_and_a_non_zero_exit(case, run_cli, tmp_path):
     if case == "malformed ALFWorld data folder" and importlib.util.find_spec("alfworld") is None:
         pytest.skip("needs the alfworld extra: pip install -e '.[alfworld]'")
+    if case == "vLLM requested but not installed" and importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here, so asking for it is not a mistake")
     make_args, expected = CASES[case]
     result = run_cli(*make_args(tmp_path), timeout=300)
     lines = [line for line in result.stderr.splitlines() if line.strip()]

@@ -461,7 +461,28 @@ class AgentTrainer(GRPOTrainer):
         if not self.args.should_save:
             return
         (staged / "agentrl_config.yaml").write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+        if self.cfg.model.lora.enabled and self.cfg.model.lora.merge_on_save:
+            from agentrl.lora import merge_on_save
+
+            merge_on_save(staged)  # <checkpoint>/merged/: a plain model that loads without PEFT
         publish(staged, root, keep_last=self.args.save_total_limit)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """transformers maps the optimizer state onto args.device, which on several CPU ranks is `cpu:<rank>`:
+        a location torch.load cannot restore ("don't know how to restore data location ... cpu:0").
+        Map it onto plain "cpu" there; everything else is transformers' own loading."""
+        if checkpoint is None or self.args.device.type != "cpu" or self.args.world_size == 1:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        from unittest import mock
+
+        load = torch.load
+
+        def load_on_cpu(*args, **kwargs):
+            kwargs["map_location"] = "cpu"
+            return load(*args, **kwargs)
+
+        with mock.patch("torch.load", load_on_cpu):
+            return super()._load_optimizer_and_scheduler(checkpoint)
 
     def agentrl_state_file(self, checkpoint: Path) -> Path:
         """agentrl_state.json for rank 0 (the one a checkpoint's completeness is judged by); one file per other rank."""

@@ -82,3 +82,33 @@ def test_same_structure_as_a_single_process_run(runs):
         for key in a.keys():
             assert a.get_slice(key).get_shape() == b.get_slice(key).get_shape()
     assert json.loads((ddp_dir / "result.json").read_text())["eval/success"] == ddp[-1]["eval/success"]
+
+
+def test_resume_on_two_ranks(runs, tmp_path, cache_dir):
+    """Both ranks resume from the one checkpoint (rank 1 from its own state file) and go on with the task stream."""
+    import os
+    import shutil
+    import subprocess
+    import sys
+
+    from agentrl.envs.household import HouseholdSuite
+    from agentrl.train.sampler import TaskSampler
+    from tests.conftest import REPO
+
+    run_dir = tmp_path / "r"
+    shutil.copytree(runs["ddp"][0], run_dir, symlinks=True)
+    (run_dir / "tasks.jsonl").unlink()
+    env = {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+    args = [a for a in SMALL if not a.startswith("trainer.iterations")]
+    result = subprocess.run([sys.executable, "-m", "agentrl.cli", "train", *args, "hardware=cpu_ddp", "trainer.iterations=3",
+                             "trainer.resume=auto", f"hydra.run.dir={run_dir}"],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "resuming from" in result.stdout and "(iteration 2)" in result.stdout
+    iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == [0, 1, 2, 3]
+    sampler = TaskSampler(HouseholdSuite("default"), "train", seed=3)
+    expected = [[t.task_id for t in sampler.next(4)] for _ in range(3)][-1]
+    ranks = _tasks(run_dir)
+    assert list(ranks) == [3]
+    assert ranks[3][0] + ranks[3][1] == expected

@@ -1,0 +1,172 @@
+"""Hardware profiles, multi-process strategies and the hyper-parameter search config: each composes, each
+accelerate config is one that accelerate itself reads, and a combination that cannot work is a one-line error."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+from hydra import compose, initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from omegaconf import OmegaConf
+
+from agentrl.config import Strategy, check_config, register_configs
+from agentrl.errors import UserError
+from agentrl.launch import config_dir, normalise_args
+from tests.conftest import REPO
+
+CONF = config_dir()
+STRATEGIES = [s.value for s in Strategy if s != Strategy.ddp]  # ddp needs no config file
+VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
+
+
+@pytest.fixture
+def hydra_conf():
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        yield
+    GlobalHydra.instance().clear()
+
+
+# --------------------------------------------------------------------------- profiles
+
+
+@pytest.mark.parametrize("profile,processes", [("cpu", 1), ("cpu_ddp", 2)])
+def test_cpu_profiles_pass_the_checks(hydra_conf, profile, processes):
+    cfg = compose(config_name="train", overrides=[f"hardware={profile}"])
+    check_config(cfg)
+    assert cfg.hardware.name == profile and cfg.hardware.device.value == "cpu"
+    assert cfg.hardware.num_processes == processes and cfg.rollout.backend.value == "hf"
+
+
+@pytest.mark.parametrize("profile", ["gpu", "multi_gpu", "slurm"])
+def test_gpu_profiles_compose_for_cuda(hydra_conf, profile):
+    cfg = compose(config_name="train", overrides=[f"hardware={profile}"])
+    assert cfg.hardware.name == profile
+    assert cfg.hardware.device.value == "cuda" and cfg.hardware.precision.value == "bf16"
+    if profile != "gpu":
+        assert cfg.hardware.launcher.value == "accelerate" and cfg.hardware.num_processes == 8
+
+
+def test_slurm_profile_submits_through_submitit(hydra_conf):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher",
+                        reason="needs the sweep extra (hydra-submitit-launcher): pip install -e '.[sweep]'")
+    cfg = compose(config_name="train", overrides=["hardware=slurm"], return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher.gpus_per_node == 8 and launcher.tasks_per_node == 1 and launcher.nodes == 1
+    four = compose(config_name="train", overrides=["hardware=slurm", "hardware.num_processes=4"],
+                   return_hydra_config=True)
+    assert four.hydra.launcher.gpus_per_node == 4  # one GPU per training rank
+    assert OmegaConf.select(four, "hydra.launcher.submitit_folder").startswith(four.hydra.sweep.dir)
+
+
+# --------------------------------------------------------------------------- strategies
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_strategies_compose_and_pick_their_accelerate_config(hydra_conf, strategy):
+    from agentrl.train.distributed import config_file
+
+    cfg = compose(config_name="train",
+                  overrides=["hardware=multi_gpu", f"hardware.strategy={strategy}", "rollout.backend=hf"])
+    check_config(cfg)
+    assert cfg.hardware.strategy.value == strategy
+    path = config_file(cfg.hardware)
+    assert path == CONF / "accelerate" / f"{strategy}.yaml" and path.is_file()
+
+
+def test_every_accelerate_config_is_a_strategy():
+    assert sorted(p.stem for p in (CONF / "accelerate").glob("*.yaml")) == sorted(STRATEGIES)
+
+
+@pytest.mark.parametrize("strategy,distributed_type,zero_stage", [
+    ("deepspeed_zero2", "DEEPSPEED", 2),
+    ("deepspeed_zero3", "DEEPSPEED", 3),
+    ("fsdp", "FSDP", None),
+])
+def test_accelerate_configs_load_with_accelerate(strategy, distributed_type, zero_stage):
+    from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
+
+    loaded = load_config_from_file(str(CONF / "accelerate" / f"{strategy}.yaml"))
+    assert isinstance(loaded, ClusterConfig)
+    assert str(getattr(loaded.distributed_type, "value", loaded.distributed_type)) == distributed_type
+    assert loaded.num_machines == 1 and loaded.mixed_precision == "bf16" and not loaded.use_cpu
+    if zero_stage is None:
+        assert loaded.fsdp_config["fsdp_version"] == 2 and not loaded.deepspeed_config
+    else:
+        assert loaded.deepspeed_config["zero_stage"] == zero_stage and not loaded.fsdp_config
+
+
+# --------------------------------------------------------------------------- combinations that cannot work
+
+SEMANTIC_ERRORS = {
+    "several processes with the local launcher": (["hardware.num_processes=2"], "needs hardware.launcher=accelerate"),
+    "deepspeed on cpu": (["hardware=cpu_ddp", "hardware.strategy=deepspeed_zero2"], "needs GPUs"),
+    "vllm keys with the hf backend": (["rollout.vllm.gpu_memory_utilization=0.5"], "has no effect with rollout.backend=hf"),
+    "lora keys with lora off": (["model.lora.rank=8"], "has no effect while model.lora.enabled=false"),
+    "vllm backend without vllm": (["hardware=gpu", "rollout.backend=vllm"], "pip install 'agentrl[vllm]'"),
+}
+
+
+def _skip_if_vllm(case: str) -> None:
+    if case == "vllm backend without vllm" and VLLM_INSTALLED:
+        pytest.skip("vLLM is installed here, so the missing-vLLM message cannot show")
+
+
+@pytest.mark.parametrize("case", list(SEMANTIC_ERRORS))
+def test_semantic_errors_from_check_config(hydra_conf, case):
+    _skip_if_vllm(case)
+    overrides, expected = SEMANTIC_ERRORS[case]
+    cfg = compose(config_name="train", overrides=overrides)
+    with pytest.raises(UserError) as err:
+        check_config(cfg)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("case", list(SEMANTIC_ERRORS))
+def test_semantic_errors_end_the_command_in_one_line(case, run_cli):
+    _skip_if_vllm(case)
+    overrides, expected = SEMANTIC_ERRORS[case]
+    result = run_cli("train", *overrides, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("args,plugin", [
+    (["-m", "hparams_search=optuna"], "hydra/sweeper=optuna"),
+    (["-m", "hardware=slurm", "seed=0,1"], "hydra/launcher=submitit_slurm"),
+])
+def test_missing_hydra_plugin_says_how_to_install_it(args, plugin, run_cli, tmp_path):
+    hide = tmp_path / "no-plugins"
+    (hide / "hydra_plugins").mkdir(parents=True)
+    (hide / "hydra_plugins" / "__init__.py").write_text("")  # a regular package hides every installed plugin
+    result = run_cli("train", *args, env={"PYTHONPATH": f"{hide}{os.pathsep}{REPO}"})
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2
+    assert lines == [f"error: {plugin} needs a Hydra plugin that is not installed: pip install 'agentrl[sweep]'"]
+
+
+# --------------------------------------------------------------------------- hyper-parameter search
+
+
+def test_optuna_search_composes(hydra_conf):
+    pytest.importorskip("hydra_plugins.hydra_optuna_sweeper",
+                        reason="needs the sweep extra (hydra-optuna-sweeper): pip install -e '.[sweep]'")
+    for overrides in (["+hparams_search=optuna"], normalise_args(["hparams_search=optuna"])):
+        cfg = compose(config_name="train", overrides=overrides, return_hydra_config=True)
+        sweeper = cfg.hydra.sweeper
+        assert sweeper._target_ == "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
+        assert str(sweeper.direction).rsplit(".", 1)[-1] == "maximize"
+        assert sweeper.sampler._target_ == "optuna.samplers.TPESampler" and isinstance(sweeper.sampler.seed, int)
+        assert sweeper.n_jobs == 1 and 1 <= sweeper.n_trials <= 50
+        assert cfg.hydra.launcher._target_.endswith("BasicLauncher")
+        for key in sweeper.params:  # every searched key is one the schema has
+            assert OmegaConf.select(cfg, str(key), default="absent") not in ("absent", None), key
+    job = compose(config_name="train", overrides=["+hparams_search=optuna"])
+    check_config(job)  # the job config itself is untouched
+    assert "hparams_search" not in job
