@@ -64,18 +64,24 @@ class PeriodicEvaluator:
         self.sampling = eval_sampling(cfg.eval, cfg.rollout)
         self.prompt = PromptSpec(cfg.env.prompt_template, cfg.env.history_length)
 
-    def __call__(self, model) -> dict[str, float]:
+    def __call__(self, model, rank: int = 0, ranks: int = 1, gather=None) -> dict[str, float]:
+        """Held-out metrics. With several ranks each evaluates its share of the tasks, and `gather`
+        (a collective) brings every rank's episodes together, so that all ranks return the same numbers."""
         import torch
 
         from agentrl.rollout.policies import HFPolicy
+        from agentrl.train.distributed import rank_share
 
+        tasks = rank_share(self.tasks, rank, ranks)
+        device = next(model.parameters()).device
         # A forked RNG: evaluating must not change the training run's random stream.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(self.cfg.eval.seed)
+        with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+            torch.manual_seed(self.cfg.eval.seed + rank)
             policy = HFPolicy(model, self.tokenizer, self.sampling)
-            batch = run_episodes(self.suite, policy, self.prompt, self.tasks, self.cfg.eval.episodes_per_task,
+            batch = run_episodes(self.suite, policy, self.prompt, tasks, self.cfg.eval.episodes_per_task,
                                  self.cfg.env.max_steps, pool=self.pool)
-        return summarize(batch, "eval")
+        episodes = batch.episodes if gather is None else gather(batch.episodes)
+        return summarize(StepBatch(episodes=episodes), "eval")
 
 
 # --------------------------------------------------------------------------- agentrl eval

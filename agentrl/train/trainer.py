@@ -231,9 +231,12 @@ class AgentTrainer(GRPOTrainer):
                            max_steps=cfg.env.max_steps, pool=self.pool)
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out evaluation with the full weights (ZeRO-3 gathers them; every rank takes part)."""
+        """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks."""
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator) as unwrapped:
-            return self.evaluator(unwrapped)
+            if self.accelerator.num_processes == 1:
+                return self.evaluator(unwrapped)
+            return self.evaluator(unwrapped, self.accelerator.process_index, self.accelerator.num_processes,
+                                  gather=self._all_ranks)
 
     def filter_tasks(self) -> None:
         """ARPO's task selection: keep the training tasks the base policy solves at least once in K tries."""
