@@ -29,3 +29,19 @@ def run_cli(cache_dir, tmp_path):
                               capture_output=True, text=True, timeout=timeout)
 
     return run
+
+
+@pytest.fixture
+def hydra_conf():
+    """Hydra initialised on agentrl's conf/ for compose() calls, with the schemas registered."""
+    from hydra import initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    from agentrl.config import register_configs
+    from agentrl.launch import config_dir
+
+    register_configs()
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        yield
+    GlobalHydra.instance().clear()

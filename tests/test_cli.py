@@ -7,10 +7,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 
-from agentrl.config import check_config, register_configs
+from agentrl.config import check_config
 from agentrl.errors import UserError
 from agentrl.launch import config_dir, normalise_args, preflight
 
@@ -23,15 +22,6 @@ def _options(group: str) -> list[str]:
 
 
 ALL_OPTIONS = [(g, o) for g in ("env", "model", "algo", "hardware", "logger", "debug") for o in _options(g)]
-
-
-@pytest.fixture
-def hydra_conf():
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 @pytest.mark.parametrize("group,option", ALL_OPTIONS)

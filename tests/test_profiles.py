@@ -7,11 +7,10 @@ import importlib.util
 import os
 
 import pytest
-from hydra import compose, initialize_config_dir
-from hydra.core.global_hydra import GlobalHydra
+from hydra import compose
 from omegaconf import OmegaConf
 
-from agentrl.config import Strategy, check_config, register_configs
+from agentrl.config import Strategy, check_config
 from agentrl.errors import UserError
 from agentrl.launch import config_dir, normalise_args
 from tests.conftest import REPO
@@ -19,15 +18,6 @@ from tests.conftest import REPO
 CONF = config_dir()
 STRATEGIES = [s.value for s in Strategy if s != Strategy.ddp]  # ddp needs no config file
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
-
-
-@pytest.fixture
-def hydra_conf():
-    register_configs()
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        yield
-    GlobalHydra.instance().clear()
 
 
 # --------------------------------------------------------------------------- profiles
