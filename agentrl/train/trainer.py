@@ -40,6 +40,7 @@ from agentrl.algos.entropy import EntropyRegularizer, row_weights
 from agentrl.algos.replay import ReplayBuffer, ReplayRule
 from agentrl.envs.faults import check_fault_share
 from agentrl.lora import peft_config
+from agentrl.train.batching import length_order, micro_batches, padded_rows, sampled_logps, token_tensors
 from agentrl.train.checkpoints import publish, staging_root
 from agentrl.train.distributed import on_every_rank, rank_share, reduce_metrics
 from agentrl.train.vllm_options import grpo_vllm_kwargs, importance_sampling_ratio
@@ -259,46 +260,20 @@ class AgentTrainer(GRPOTrainer):
         self.sampler.restrict(kept)
 
     def _to_tensors(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, Any]:
-        """Left-padded prompts, right-padded completions, rows sorted by length (less padding per micro-batch)."""
+        """TRL's batch dict: rows sorted by length, then this rank's padding rows (see `_rows_to_pad`)."""
         device = self.accelerator.device
-        pad = self.processing_class.pad_token_id
-        order = sorted(range(len(batch)), key=lambda i: len(batch.prompt_ids[i]) + len(batch.completion_ids[i]))
-        prompts = [batch.prompt_ids[i] for i in order]
-        completions = [batch.completion_ids[i] for i in order]
-        p_width = max((len(p) for p in prompts), default=1)
-        c_width = max((len(c) for c in completions), default=1)
-        prompt_ids = torch.full((len(order), p_width), pad, dtype=torch.long)
-        prompt_mask = torch.zeros((len(order), p_width), dtype=torch.long)
-        completion_ids = torch.full((len(order), c_width), pad, dtype=torch.long)
-        completion_mask = torch.zeros((len(order), c_width), dtype=torch.long)
-        for row, (p, c) in enumerate(zip(prompts, completions)):
-            prompt_ids[row, p_width - len(p):] = torch.tensor(p, dtype=torch.long)
-            prompt_mask[row, p_width - len(p):] = 1
-            completion_ids[row, : len(c)] = torch.tensor(c, dtype=torch.long)
-            completion_mask[row, : len(c)] = 1
+        order = length_order(batch)
         padding = self._rows_to_pad(len(order))
-        if padding:
-            prompt_ids, prompt_mask, completion_ids, completion_mask = _pad_rows(
-                padding, pad, prompt_ids, prompt_mask, completion_ids, completion_mask)
-        num_items = self.accelerator.gather(completion_mask.sum().to(device)).sum()
-        out = {
-            "prompt_ids": prompt_ids.to(device),
-            "prompt_mask": prompt_mask.to(device),
-            "completion_ids": completion_ids.to(device),
-            "completion_mask": completion_mask.to(device),
-            "advantages": torch.tensor(np.concatenate([advantages[order], np.zeros(padding)]), dtype=torch.float32,
-                                       device=device),
-            "num_items_in_batch": num_items,
-        }
+        out = token_tensors(batch, order, self.processing_class.pad_token_id, padding)
+        out["advantages"] = padded_rows(advantages[order], padding)
         if self.cfg.algo.replay.importance_correction:
-            logps = _behaviour_logps(batch, order, c_width)
-            out["old_per_token_logps"] = torch.cat([logps, torch.zeros(padding, logps.size(1))]).to(device)
+            out["old_per_token_logps"] = sampled_logps(batch, order, out["completion_ids"].size(1), padding)
         if self.entropy_reg is not None:
-            real = len(order)
-            weights = row_weights(np.asarray(batch.episode)[order], completion_mask[:real].sum(dim=1).numpy(),
-                                  self.cfg.algo.entropy.aggregation.value)
-            weights = np.concatenate([weights, np.zeros(padding)])
-            out["entropy_row_weight"] = torch.tensor(weights, dtype=torch.float32, device=device)
+            tokens = out["completion_mask"][: len(order)].sum(dim=1).numpy()
+            weights = row_weights(np.asarray(batch.episode)[order], tokens, self.cfg.algo.entropy.aggregation.value)
+            out["entropy_row_weight"] = padded_rows(weights, padding)
+        out = {k: v.to(device) for k, v in out.items()}
+        out["num_items_in_batch"] = self.accelerator.gather(out["completion_mask"].sum()).sum()
         if self.use_vllm and self.vllm_importance_sampling_correction:
             out.update(self._vllm_importance_keys(batch, order, padding, out))
         return out
@@ -310,11 +285,7 @@ class AgentTrainer(GRPOTrainer):
         Replayed rows (ARPO) get no sampler log-probs (NaN, ratio 1): their staleness is what
         algo.replay.importance_correction is for."""
         width = out["completion_ids"].size(1)
-        sampling = torch.full((len(order) + padding, width), float("nan"))
-        for row, i in enumerate(order):
-            values = batch.logprobs[i]
-            if values is not None and not batch.replayed[i]:
-                sampling[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
+        sampling = sampled_logps(batch, order, width, padding, missing=float("nan"), skip_replayed=True)
         sampling = sampling.to(out["completion_mask"].device)
         current = self._logps_of(self.model, out)
         ratio = importance_sampling_ratio(current, sampling, out["completion_mask"], self.vllm_importance_sampling_mode,
@@ -345,7 +316,7 @@ class AgentTrainer(GRPOTrainer):
 
     def _logps_of(self, model, batch: dict[str, Any]) -> torch.Tensor:
         chunks = []
-        for micro in _micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
+        for micro in micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
             ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], dim=1)
             mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], dim=1)
             logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, mask, micro["completion_ids"].size(1))
@@ -378,7 +349,7 @@ class AgentTrainer(GRPOTrainer):
         total = torch.zeros((), device=self.accelerator.device)
         finite = on_every_rank(self.accelerator, bool(torch.isfinite(batch["advantages"]).all()))
         if batch["advantages"].numel() and finite:
-            for micro in _micro_batches(batch, self.cfg.trainer.micro_batch_size):
+            for micro in micro_batches(batch, self.cfg.trainer.micro_batch_size):
                 with self.compute_loss_context_manager():
                     loss = self._compute_loss(model, micro)
                 if not torch.isfinite(loss):
@@ -493,62 +464,12 @@ class AgentTrainer(GRPOTrainer):
         return checkpoint / ("agentrl_state.json" if rank == 0 else f"agentrl_state_rank{rank}.json")
 
 
-def _behaviour_logps(batch: StepBatch, order: list[int], width: int) -> torch.Tensor:
-    """The generator's log-probs of the sampled tokens (right-padded), for the PPO ratio of replayed rows."""
-    from agentrl.errors import UserError
-
-    logps = torch.zeros((len(order), width), dtype=torch.float32)
-    for row, i in enumerate(order):
-        values = batch.logprobs[i]
-        if values is None:
-            raise UserError("algo.replay.importance_correction=true needs behaviour log-probs, "
-                            "and this generator gives none")
-        logps[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
-    return logps
-
-
-def _pad_rows(count: int, pad_id: int, prompt_ids, prompt_mask, completion_ids, completion_mask):
-    """Append `count` rows that weigh nothing: one attended pad token of prompt (an all-masked row would give
-    NaN attention), a completion with an all-zero mask, and (by the caller) advantage 0."""
-    def extra(like: torch.Tensor, value: int) -> torch.Tensor:
-        return torch.full((count, like.size(1)), value, dtype=like.dtype)
-
-    prompt_pad = extra(prompt_mask, 0)
-    prompt_pad[:, -1] = 1
-    return (torch.cat([prompt_ids, extra(prompt_ids, pad_id)]), torch.cat([prompt_mask, prompt_pad]),
-            torch.cat([completion_ids, extra(completion_ids, pad_id)]), torch.cat([completion_mask, extra(completion_mask, 0)]))
-
-
 def _groups_without_signal(batch: StepBatch) -> float:
     """Share of groups whose episodes all had the same return (no learning signal without penalties)."""
     by_group: dict[int, set] = {}
     for e in batch.episodes:
         by_group.setdefault(e.group, set()).add(round(e.ret, 6))
     return float(np.mean([len(v) == 1 for v in by_group.values()])) if by_group else 0.0
-
-
-_PROMPT_KEYS = ("prompt_ids", "prompt_mask")
-_COMPLETION_KEYS = ("completion_ids", "completion_mask", "ref_per_token_logps", "old_per_token_logps",
-                    "sampling_per_token_logps", "importance_sampling_ratio")
-
-
-def _micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
-    """Row slices of the batch; with `trim`, padding columns that no row of the slice uses are dropped."""
-    rows = batch["advantages"].shape[0]
-    for start in range(0, rows, size):
-        sl = slice(start, start + size)
-        micro = {k: (v[sl] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in batch.items()}
-        if trim:
-            used_p = micro["prompt_mask"].any(dim=0).nonzero()
-            used_c = micro["completion_mask"].any(dim=0).nonzero()
-            p_from = int(used_p[0]) if len(used_p) else micro["prompt_mask"].size(1) - 1
-            c_to = int(used_c[-1]) + 1 if len(used_c) else 1
-            for k in _PROMPT_KEYS:
-                micro[k] = micro[k][:, p_from:]
-            for k in _COMPLETION_KEYS:
-                if k in micro:
-                    micro[k] = micro[k][:, :c_to]
-        yield micro
 
 
 class _IterationCallback(TrainerCallback):

@@ -1,0 +1,93 @@
+"""Step rows -> the tensors of TRL's batch dict, and the micro-batches one optimizer step is cut into.
+
+Pure tensor work with no model and no collectives: the trainer decides how many rows of padding a
+rank needs (so that every rank runs the same micro-batches) and where the tensors go.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from agentrl.errors import UserError
+from agentrl.rollout.collector import StepBatch
+
+PROMPT_KEYS = ("prompt_ids", "prompt_mask")
+COMPLETION_KEYS = ("completion_ids", "completion_mask", "ref_per_token_logps", "old_per_token_logps",
+                   "sampling_per_token_logps", "importance_sampling_ratio")
+
+
+def length_order(batch: StepBatch) -> list[int]:
+    """Row indices sorted by prompt + completion length: neighbours pad less within a micro-batch."""
+    return sorted(range(len(batch)), key=lambda i: len(batch.prompt_ids[i]) + len(batch.completion_ids[i]))
+
+
+def token_tensors(batch: StepBatch, order: list[int], pad_id: int, padding: int = 0) -> dict[str, torch.Tensor]:
+    """Left-padded prompts and right-padded completions with their masks, in `order`, then `padding` rows
+    that weigh nothing: one attended pad token of prompt (an all-masked row would give NaN attention) and a
+    completion whose mask is all zero."""
+    prompts = [batch.prompt_ids[i] for i in order]
+    completions = [batch.completion_ids[i] for i in order]
+    rows = len(order) + padding
+    p_width = max((len(p) for p in prompts), default=1)
+    c_width = max((len(c) for c in completions), default=1)
+    out = {
+        "prompt_ids": torch.full((rows, p_width), pad_id, dtype=torch.long),
+        "prompt_mask": torch.zeros((rows, p_width), dtype=torch.long),
+        "completion_ids": torch.full((rows, c_width), pad_id, dtype=torch.long),
+        "completion_mask": torch.zeros((rows, c_width), dtype=torch.long),
+    }
+    for row, (p, c) in enumerate(zip(prompts, completions)):
+        out["prompt_ids"][row, p_width - len(p):] = torch.tensor(p, dtype=torch.long)
+        out["prompt_mask"][row, p_width - len(p):] = 1
+        out["completion_ids"][row, : len(c)] = torch.tensor(c, dtype=torch.long)
+        out["completion_mask"][row, : len(c)] = 1
+    out["prompt_mask"][len(order):, -1] = 1
+    return out
+
+
+def padded_rows(values: np.ndarray, padding: int) -> torch.Tensor:
+    """Per-row values (advantages, weights) followed by zeros for the padding rows, as float32."""
+    return torch.tensor(np.concatenate([values, np.zeros(padding)]), dtype=torch.float32)
+
+
+def sampled_logps(batch: StepBatch, order: list[int], width: int, padding: int = 0, *,
+                  missing: float | None = None, skip_replayed: bool = False) -> torch.Tensor:
+    """(rows + padding, width) log-probs of the sampled tokens as the generator gave them, right-padded with 0.
+
+    A row without log-probs (or a replayed row, with `skip_replayed`) is filled with `missing`; with
+    `missing=None` such a row is an error (the PPO ratio of replayed rows cannot do without them)."""
+    fill = 0.0 if missing is None else missing
+    logps = torch.full((len(order) + padding, width), fill, dtype=torch.float32)
+    logps[len(order):] = 0.0
+    for row, i in enumerate(order):
+        values = batch.logprobs[i]
+        if values is None or (skip_replayed and batch.replayed[i]):
+            if missing is None:
+                raise UserError("algo.replay.importance_correction=true needs behaviour log-probs, "
+                                "and this generator gives none")
+            continue
+        logps[row] = 0.0
+        logps[row, : len(values)] = torch.tensor(values, dtype=torch.float32)
+    return logps
+
+
+def micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
+    """Row slices of the batch; with `trim`, padding columns that no row of the slice uses are dropped."""
+    rows = batch["advantages"].shape[0]
+    for start in range(0, rows, size):
+        sl = slice(start, start + size)
+        micro = {k: (v[sl] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in batch.items()}
+        if trim:
+            used_p = micro["prompt_mask"].any(dim=0).nonzero()
+            used_c = micro["completion_mask"].any(dim=0).nonzero()
+            p_from = int(used_p[0]) if len(used_p) else micro["prompt_mask"].size(1) - 1
+            c_to = int(used_c[-1]) + 1 if len(used_c) else 1
+            for k in PROMPT_KEYS:
+                micro[k] = micro[k][:, p_from:]
+            for k in COMPLETION_KEYS:
+                if k in micro:
+                    micro[k] = micro[k][:, :c_to]
+        yield micro
