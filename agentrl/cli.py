@@ -59,14 +59,14 @@ def evaluate(
     agentrl eval outputs/<run>/checkpoints/last eval.num_tasks=200 eval.episodes_per_task=4
     agentrl eval --random env=household                 # the random admissible baseline
     """
-    from agentrl.launch import run_hydra
+    from agentrl.launch import hydra_quote, run_hydra
 
     args = list(ctx.args)
     if checkpoint is not None and "=" in checkpoint:  # an override, not a path
         args.insert(0, checkpoint)
         checkpoint = None
     if checkpoint is not None:
-        args.insert(0, f"checkpoint={_hydra_quote(checkpoint)}")
+        args.insert(0, f"checkpoint={hydra_quote(checkpoint)}")
     if random_policy:
         args.insert(0, "policy=random")
 
@@ -214,12 +214,6 @@ def alfworld_generate(
         counts = ", ".join(f"{split} {len(games)}" for split, games in pool.items())
         typer.echo(f"wrote games under {Path(out) / 'json_2.1.1'} ({counts}); these are synthetic scenes, "
                    "not the ALFRED floor plans")
-
-
-def _hydra_quote(value: str) -> str:
-    """Quote a path for a Hydra override so that '=' or ',' in it are kept as text."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
 
 
 if __name__ == "__main__":

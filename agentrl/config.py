@@ -74,6 +74,10 @@ class Backend(str, Enum):
     vllm = "vllm"
 
 
+# TRL's vllm_importance_sampling_mode values
+IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
 class VllmMode(str, Enum):
     colocate = "colocate"  # a vLLM engine inside every training process, sharing its GPU
     server = "server"  # a separate `trl vllm-serve` process; rank 0 talks to it
@@ -423,11 +427,11 @@ def check_config(cfg: Any) -> None:
 def check_hardware(hw: Any) -> None:
     if hw.num_processes < 1:
         raise UserError(f"hardware.num_processes must be >= 1, got {hw.num_processes}")
-    if hw.num_processes > 1 and _plain(hw.launcher) == Launcher.local.value:
+    if hw.num_processes > 1 and plain_value(hw.launcher) == Launcher.local.value:
         raise UserError(f"hardware.num_processes={hw.num_processes} needs hardware.launcher=accelerate "
                         "(or a profile that sets it: hardware=cpu_ddp, hardware=multi_gpu)")
-    strategy = _plain(hw.strategy)
-    if _plain(hw.device) == Device.cpu.value and strategy != Strategy.ddp.value:
+    strategy = plain_value(hw.strategy)
+    if plain_value(hw.device) == Device.cpu.value and strategy != Strategy.ddp.value:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
     if hw.accelerate_config is not None:
         from pathlib import Path
@@ -438,7 +442,7 @@ def check_hardware(hw: Any) -> None:
 
 def check_rollout_backend(rollout: Any, hw: Any) -> None:
     """vLLM is an optional extra and needs CUDA; its keys are errors while the backend is hf."""
-    if _plain(rollout.backend) == Backend.hf.value:
+    if plain_value(rollout.backend) == Backend.hf.value:
         changed = _changed(rollout.vllm, VllmConfig())
         if changed:
             raise _inapplicable("rollout.vllm", changed, rollout.vllm,
@@ -449,15 +453,14 @@ def check_rollout_backend(rollout: Any, hw: Any) -> None:
     if importlib.util.find_spec("vllm") is None:
         raise UserError("rollout.backend=vllm needs vLLM, which is not installed: "
                         "pip install 'agentrl[vllm]' (Linux with CUDA GPUs), or use rollout.backend=hf")
-    if _plain(hw.device) != Device.cuda.value:
+    if plain_value(hw.device) != Device.cuda.value:
         raise UserError("rollout.backend=vllm needs a CUDA GPU; on CPU use rollout.backend=hf (hardware=cpu)")
     v = rollout.vllm
     if not 0 < v.gpu_memory_utilization <= 1 or v.tensor_parallel_size < 1:
         raise UserError("rollout.vllm needs 0 < gpu_memory_utilization <= 1 and tensor_parallel_size >= 1")
-    modes = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
-    if v.importance_sampling_mode not in modes:
+    if v.importance_sampling_mode not in IMPORTANCE_SAMPLING_MODES:
         raise UserError(f"rollout.vllm.importance_sampling_mode={v.importance_sampling_mode} is unknown; "
-                        f"choose one of {', '.join(modes)}")
+                        f"choose one of {', '.join(IMPORTANCE_SAMPLING_MODES)}")
 
 
 def check_lora(lora: Any) -> None:
@@ -473,10 +476,11 @@ def check_lora(lora: Any) -> None:
 def _changed(section: Any, defaults: Any, keys: tuple[str, ...] | None = None) -> list[str]:
     """Keys of a config section whose values differ from the schema's defaults."""
     keys = keys or tuple(defaults.__dataclass_fields__)
-    return [k for k in keys if _plain(section[k]) != _plain(getattr(defaults, k))]
+    return [k for k in keys if plain_value(section[k]) != plain_value(getattr(defaults, k))]
 
 
-def _plain(value: Any) -> Any:
+def plain_value(value: Any) -> Any:
+    """A config value as plain Python: an enum's value, a list for a ListConfig."""
     from omegaconf import ListConfig, OmegaConf
 
     if isinstance(value, ListConfig):
@@ -485,7 +489,7 @@ def _plain(value: Any) -> Any:
 
 
 def _inapplicable(prefix: str, keys: list[str], section: Any, why: str) -> UserError:
-    settings = " ".join(f"{prefix}.{k}={_plain(section[k])}" for k in keys)
+    settings = " ".join(f"{prefix}.{k}={plain_value(section[k])}" for k in keys)
     return UserError(f"{settings} has no effect {why}")
 
 
@@ -494,7 +498,7 @@ _EPO_ONLY = ("alpha", "kappa_low", "kappa_high", "gamma_beta")
 
 def check_algo(algo: Any) -> None:
     """The algorithm's parts fit together; a setting that cannot apply is an error, not ignored."""
-    estimator = Estimator(_plain(algo.estimator))
+    estimator = Estimator(plain_value(algo.estimator))
     changed = _changed(algo.gigpo, GigpoConfig())
     if estimator != Estimator.gigpo and changed:
         raise _inapplicable("algo.gigpo", changed, algo.gigpo, f"with algo.estimator={estimator.value}: only gigpo reads algo.gigpo (+algo=gigpo)")
@@ -504,12 +508,12 @@ def check_algo(algo: Any) -> None:
     if g.similarity is not None:
         if not 0 < g.similarity < 1:
             raise UserError(f"algo.gigpo.similarity must be in (0, 1) or null, got {g.similarity}")
-        if _plain(g.anchor) != AnchorKind.observation.value:
+        if plain_value(g.anchor) != AnchorKind.observation.value:
             raise UserError("algo.gigpo.similarity compares observation texts; set algo.gigpo.anchor=observation with it")
     if estimator == Estimator.rloo:
-        if _plain(algo.norm) != Norm.none.value:
+        if plain_value(algo.norm) != Norm.none.value:
             raise UserError("algo.estimator=rloo has no std normalisation; set algo.norm=none with it")
-        if _plain(algo.episode_stats) != EpisodeStats.rows.value:
+        if plain_value(algo.episode_stats) != EpisodeStats.rows.value:
             raise _inapplicable("algo", ["episode_stats"], algo, "with algo.estimator=rloo (its baseline is over episodes)")
 
     r = algo.replay
@@ -521,7 +525,7 @@ def check_algo(algo: Any) -> None:
         raise UserError("algo.replay needs capacity >= 1, max_return > 0, filter_trials >= 0 and filter_candidates >= 1")
 
     e = algo.entropy
-    mode = EntropyMode(_plain(e.mode))
+    mode = EntropyMode(plain_value(e.mode))
     if mode == EntropyMode.none:
         changed = _changed(e, EntropyConfig(), tuple(k for k in EntropyConfig.__dataclass_fields__ if k != "mode"))
         if changed:

@@ -37,3 +37,13 @@ def user_errors():
         if debug_enabled():
             raise
         fail(str(err), err.exit_code)
+
+
+def first_line(message: object) -> str:
+    """The first non-empty line of an error message (errors are one line here); an exception with no
+    message gives its type's name."""
+    text = str(message)
+    line = next((part.strip() for part in text.splitlines() if part.strip()), "")
+    if line:
+        return line
+    return type(message).__name__ if isinstance(message, BaseException) else text

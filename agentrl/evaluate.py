@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 
+from agentrl.config import plain_value
 from agentrl.errors import UserError
 from agentrl.models import load_tokenizer
 from agentrl.rollout.collector import Policy, PromptSpec, StepBatch, collect, summarize
+from agentrl.train.checkpoints import MODEL_CONFIGS
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +93,7 @@ def resolve_checkpoint(path: str) -> Path:
     """A checkpoint folder, or a run folder whose checkpoints/last is taken."""
     p = Path(path).expanduser()
     for candidate in (p, p / "checkpoints" / "last", p / "last"):
-        if (candidate / "config.json").is_file() or (candidate / "adapter_config.json").is_file():  # full or LoRA
+        if any((candidate / name).is_file() for name in MODEL_CONFIGS):  # full weights or a LoRA adapter
             return candidate.resolve()
     if not p.exists():
         raise UserError(f"checkpoint {path} does not exist")
@@ -157,7 +159,7 @@ def _checkpoint_policy(cfg: Any, checkpoint: Path, trained: Any | None, sampling
     """The policy of a checkpoint (full weights, or a LoRA adapter on its base) on rollout.backend."""
     from agentrl import lora
 
-    if _backend(cfg.rollout) == "vllm":
+    if plain_value(cfg.rollout.backend) == "vllm":
         from agentrl.rollout.vllm_policy import make_eval_policy
 
         # vLLM loads plain weights: a LoRA adapter is merged first (or its merge_on_save copy is used)
@@ -167,11 +169,6 @@ def _checkpoint_policy(cfg: Any, checkpoint: Path, trained: Any | None, sampling
 
     model, tokenizer = lora.load_checkpoint(checkpoint, cfg.hardware.precision.value, cfg.hardware.device.value, trained)
     return HFPolicy(model, tokenizer, sampling)
-
-
-def _backend(rollout_cfg: Any) -> str:
-    backend = rollout_cfg.backend
-    return getattr(backend, "value", backend)
 
 
 def _training_config(checkpoint: Path) -> Any | None:

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
-from agentrl.errors import UserError, debug_enabled, fail
+from agentrl.errors import UserError, debug_enabled, fail, first_line
 
 # Hydra's own command-line flags and whether each takes a value.
 _HYDRA_FLAGS_WITH_VALUE = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
@@ -97,7 +97,7 @@ def _value_variants(overrides: list[str]) -> list[list[str]]:
     try:
         parsed = OverridesParser.create().parse_overrides(overrides)
     except Exception as err:  # OverrideParseException and friends
-        raise UserError(_first_line(str(err))) from None
+        raise UserError(first_line(str(err))) from None
     base: list[str] = []
     sweeps: list[tuple[int, list[str]]] = []
     for idx, (text, ov) in enumerate(zip(overrides, parsed)):
@@ -198,8 +198,10 @@ def check_output_folder(config_name: str, overrides: list[str], multirun: bool) 
         raise UserError(f"the output folder {folder} cannot be written: {existing} is not writable (set {key})")
 
 
-def _first_line(text: str) -> str:
-    return next((line.strip() for line in text.splitlines() if line.strip()), text)
+def hydra_quote(value: str) -> str:
+    """Quote a path for a Hydra override so that '=' or ',' in it are kept as text."""
+    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
 
 
 def _group_options(group: str) -> list[str]:
@@ -228,22 +230,22 @@ def explain_compose_error(err: Exception, config_name: str, overrides: list[str]
             hint = difflib.get_close_matches(option, options, n=1)
             close = f" (did you mean {hint[0]}?)" if hint else ""
             return f"unknown option '{option}' for {group}{close}; available: {', '.join(options) or 'none'}"
-        return _first_line(str(missing))
+        return first_line(str(missing))
     if isinstance(cause, (ConfigKeyError, ConfigAttributeError)) and getattr(cause, "full_key", None):
         full_key = cause.full_key
         return f"unknown config key '{full_key}'{_close_keys(full_key, config_name, overrides)}"
     if isinstance(cause, ValidationError):
         key = getattr(cause, "full_key", None)
-        msg = _first_line(getattr(cause, "msg", str(cause)))
+        msg = first_line(getattr(cause, "msg", str(cause)))
         return f"{key}: {msg}" if key else msg
     text = str(err)
     if "Could not append to config. An item is already at" in text:
-        return _first_line(text) + " (drop the '+' for groups already in the defaults)"
+        return first_line(text) + " (drop the '+' for groups already in the defaults)"
     culprit = _culprit(config_name, overrides)
     if culprit and "NoneType" in text:
         parent = culprit.split("=", 1)[0].rsplit(".", 1)[0].lstrip("+~")
         return f"'{culprit}' cannot apply: '{parent}' is not set with these choices (model.tiny exists only with model=tiny)"
-    return f"'{culprit}' cannot apply: {_first_line(text)}" if culprit else _first_line(text)
+    return f"'{culprit}' cannot apply: {first_line(text)}" if culprit else first_line(text)
 
 
 def _culprit(config_name: str, overrides: list[str]) -> str | None:
@@ -316,7 +318,7 @@ def _guarded_job(entry: Callable):
                     fail(str(err), err.exit_code)
                 raise
             job_dir = Path(hc.runtime.output_dir)
-            message = _first_line(str(err)) or type(err).__name__
+            message = first_line(err)
             (job_dir / "FAILED.json").write_text(json.dumps({
                 "error": message,
                 "type": type(err).__name__,
@@ -367,7 +369,7 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
         if _failed_jobs:
             fail(_failure_summary(), 1)
         if isinstance(err, CompactHydraException):
-            fail(_first_line(str(err)), 1)
+            fail(first_line(str(err)), 1)
         raise
     finally:
         sys.argv = saved_argv

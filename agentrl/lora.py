@@ -22,7 +22,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import UserError
+from agentrl.errors import UserError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _adapter_config(checkpoint: Path) -> dict:
         config = json.loads((checkpoint / ADAPTER_CONFIG).read_text())
     except (OSError, ValueError) as err:
         raise UserError(f"cannot load the LoRA adapter in {checkpoint}: {ADAPTER_CONFIG} is unreadable "
-                        f"({_first_line(err)})") from None
+                        f"({first_line(err)})") from None
     if not isinstance(config, dict):
         raise UserError(f"cannot load the LoRA adapter in {checkpoint}: {ADAPTER_CONFIG} is not a JSON object")
     return config
@@ -73,7 +73,7 @@ def _training_config(checkpoint: Path) -> Any | None:
     try:
         return OmegaConf.load(saved)
     except Exception as err:  # YAML errors of every kind
-        raise UserError(f"cannot read {saved}: {_first_line(err)}") from None
+        raise UserError(f"cannot read {saved}: {first_line(err)}") from None
 
 
 def base_model_source(checkpoint: Path | str, trained: Any | None = None) -> str:
@@ -125,7 +125,7 @@ def check_adapter_files(checkpoint: Path) -> None:
                     raise ValueError("it holds no tensors")
         except Exception as err:  # SafetensorError, truncated headers, ...
             raise UserError(f"cannot load the LoRA adapter in {checkpoint}: {weights[0].name} is unreadable "
-                            f"({_first_line(err)})") from None
+                            f"({first_line(err)})") from None
 
 
 def load_adapter_checkpoint(checkpoint: Path | str, base_source: str, precision: str = "fp32", device: str = "cpu",
@@ -148,7 +148,7 @@ def load_adapter_checkpoint(checkpoint: Path | str, base_source: str, precision:
     except UserError:
         raise
     except Exception as err:  # a wrong base (shapes, missing modules), a corrupt file, an unknown PEFT type
-        raise UserError(f"cannot load the LoRA adapter in {checkpoint} onto {base_source}: {_first_line(err)}") from None
+        raise UserError(f"cannot load the LoRA adapter in {checkpoint} onto {base_source}: {first_line(err)}") from None
     model.eval()
     return model.merge_and_unload() if merge else model
 
@@ -215,7 +215,7 @@ def merge_adapter(checkpoint: Path | str, out_dir: Path | str, precision: str = 
         staging.rename(out_dir)
     except OSError as err:
         shutil.rmtree(staging, ignore_errors=True)
-        raise UserError(f"cannot write the merged model to {out_dir}: {err.strerror or _first_line(err)}") from None
+        raise UserError(f"cannot write the merged model to {out_dir}: {err.strerror or first_line(err)}") from None
     return out_dir
 
 
@@ -237,8 +237,3 @@ def servable_model(checkpoint: Path | str, scratch: Path | str) -> str:
     if (checkpoint / MERGED / "config.json").is_file():
         return str(checkpoint / MERGED)
     return str(merge_adapter(checkpoint, Path(scratch) / MERGED))
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else type(err).__name__

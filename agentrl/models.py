@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentrl.errors import UserError
+from agentrl.errors import UserError, first_line
 
 # How a tokenizer trained with `tokenizers` saves itself (transformers 4: PreTrainedTokenizerFast,
 # transformers 5: TokenizersBackend). Such a folder must be loaded from its tokenizer.json as is:
@@ -110,7 +110,7 @@ def _from_hub(loader, source: str, **kwargs):
         try:
             return loader(source, **kwargs)
         except Exception as err:  # a corrupt or partial folder (SafetensorError, JSON errors, ...) is bad input
-            raise UserError(f"cannot load the model in {source}: {str(err).splitlines()[0]}") from None
+            raise UserError(f"cannot load the model in {source}: {first_line(err)}") from None
     try:
         return loader(source, local_files_only=True, **kwargs)  # the local Hugging Face cache
     except (OSError, ValueError):
@@ -123,4 +123,4 @@ def _from_hub(loader, source: str, **kwargs):
     try:
         return loader(source, **kwargs)
     except (OSError, ValueError) as err:
-        raise UserError(f"cannot load model '{source}' from the hub: {str(err).splitlines()[0]}") from None
+        raise UserError(f"cannot load model '{source}' from the hub: {first_line(err)}") from None

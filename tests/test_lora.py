@@ -47,20 +47,12 @@ def test_peft_config_maps_model_lora():
 @pytest.fixture(scope="module")
 def lora_run(tmp_path_factory, cache_dir):
     """One debug LoRA run (rank 4 on q/v, KL on so the adapter-off reference runs), shared by the tests below."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
+    from tests.conftest import agentrl_cli
 
     run_dir = tmp_path_factory.mktemp("lora") / "r"
-    env = {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "train", "+debug=fast", "logger=none", "model.lora.enabled=true",
-         "model.lora.rank=4", "model.lora.dropout=0.0", "model.lora.target_modules=[q_proj,v_proj]",
-         "algo.kl_coef=0.1", f"hydra.run.dir={run_dir}"],
-        cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=600,
-    )
+    result = agentrl_cli(cache_dir, run_dir.parent, "train", "+debug=fast", "logger=none", "model.lora.enabled=true",
+                         "model.lora.rank=4", "model.lora.dropout=0.0", "model.lora.target_modules=[q_proj,v_proj]",
+                         "algo.kl_coef=0.1", f"hydra.run.dir={run_dir}")
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir
 

@@ -69,6 +69,8 @@ def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> li
     flags = ["--num_processes", str(hardware.num_processes), "--num_machines", "1",
              "--mixed_precision", mixed, "--dynamo_backend", "no",
              "--main_process_port", str(hardware.main_process_port or free_port())]
+    from agentrl.launch import hydra_quote
+
     cfg_file = config_file(hardware)
     if cfg_file is not None:
         flags = ["--config_file", str(cfg_file), *flags]
@@ -78,19 +80,17 @@ def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> li
         flags.append("--multi_gpu")
     job_args = [o for o in overrides if not o.startswith("hydra.run.dir=")]
     return [sys.executable, "-m", "accelerate.commands.launch", *flags, "-m", "agentrl.cli", "train",
-            *job_args, f"hydra.run.dir={_quote(str(run_dir))}"]
+            *job_args, f"hydra.run.dir={hydra_quote(str(run_dir))}"]
 
 
 def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
     """Run the training job on hardware.num_processes ranks and return rank 0's held-out success."""
-    if cfg.hardware.launcher.value != "accelerate":
-        raise UserError(f"hardware.num_processes={cfg.hardware.num_processes} needs hardware.launcher=accelerate")
     command = launch_command(cfg.hardware, overrides, run_dir)
     print(f"launching {cfg.hardware.num_processes} ranks ({cfg.hardware.strategy.value}) through accelerate; "
           f"run folder {run_dir}", flush=True)
     result = run_dir / RESULT_FILE
     result.unlink(missing_ok=True)
-    code = subprocess.call(command, env={**os.environ, "AGENTRL_LAUNCHED": "1"})
+    code = subprocess.call(command)
     if code != 0:
         raise UserError(f"the {cfg.hardware.num_processes} training ranks stopped with exit code {code} "
                         f"(their messages are above; log: {run_dir / 'train.log'})")
@@ -102,11 +102,6 @@ def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
 
 def write_result(run_dir: Path, success: float) -> None:
     (run_dir / RESULT_FILE).write_text(json.dumps({"eval/success": success}))
-
-
-def _quote(value: str) -> str:
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
-    return f"'{escaped}'"
 
 
 # --------------------------------------------------------------------------- inside the ranks

@@ -26,8 +26,7 @@ def train(cfg: Any) -> float:
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
     from agentrl.evaluate import PeriodicEvaluator, evaluation_split
-    from agentrl.models import load_policy
-    from agentrl.models import resolve_model_source
+    from agentrl.models import load_policy, resolve_model_source
     from agentrl.tracking import NullTracker, Tracker, record_run
     from agentrl.train import distributed
     from agentrl.train.checkpoints import resume_checkpoint

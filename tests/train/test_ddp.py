@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 from safetensors import safe_open
 
+from tests.conftest import agentrl_cli
+
 pytestmark = pytest.mark.slow
 
 SMALL = ["+debug=fast", "trainer.iterations=2", "trainer.save_every=2", "trainer.tasks_per_iteration=4",
@@ -21,18 +23,10 @@ SMALL = ["+debug=fast", "trainer.iterations=2", "trainer.save_every=2", "trainer
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cache_dir):
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
-
-    env = {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     out = {}
     for name, extra in (("single", []), ("ddp", ["hardware=cpu_ddp"])):
         run_dir = tmp_path_factory.mktemp(name) / "r"
-        result = subprocess.run([sys.executable, "-m", "agentrl.cli", "train", *SMALL, *extra, f"hydra.run.dir={run_dir}"],
-                                cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=900)
+        result = agentrl_cli(cache_dir, run_dir.parent, "train", *SMALL, *extra, f"hydra.run.dir={run_dir}", timeout=900)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
         out[name] = (run_dir, result)
     return out
@@ -86,23 +80,17 @@ def test_same_structure_as_a_single_process_run(runs):
 
 def test_resume_on_two_ranks(runs, tmp_path, cache_dir):
     """Both ranks resume from the one checkpoint (rank 1 from its own state file) and go on with the task stream."""
-    import os
     import shutil
-    import subprocess
-    import sys
 
     from agentrl.envs.household import HouseholdSuite
     from agentrl.train.sampler import TaskSampler
-    from tests.conftest import REPO
 
     run_dir = tmp_path / "r"
     shutil.copytree(runs["ddp"][0], run_dir, symlinks=True)
     (run_dir / "tasks.jsonl").unlink()
-    env = {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
     args = [a for a in SMALL if not a.startswith("trainer.iterations")]
-    result = subprocess.run([sys.executable, "-m", "agentrl.cli", "train", *args, "hardware=cpu_ddp", "trainer.iterations=3",
-                             "trainer.resume=auto", f"hydra.run.dir={run_dir}"],
-                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
+    result = agentrl_cli(cache_dir, tmp_path, "train", *args, "hardware=cpu_ddp", "trainer.iterations=3",
+                         "trainer.resume=auto", f"hydra.run.dir={run_dir}", timeout=900)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "resuming from" in result.stdout and "(iteration 2)" in result.stdout
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

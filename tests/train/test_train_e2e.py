@@ -14,19 +14,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def trained_run(tmp_path_factory, cache_dir):
     """One debug training run shared by the tests of this module."""
-    import os
-    import subprocess
-    import sys
-
-    from tests.conftest import REPO
+    from tests.conftest import agentrl_cli
 
     run_dir = tmp_path_factory.mktemp("run") / "r"
-    env = {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-    result = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", "train", "+debug=fast", "trainer.iterations=3", "trainer.save_every=3",
-         "logger=wandb", "logger.wandb_mode=offline", f"hydra.run.dir={run_dir}"],
-        cwd=run_dir.parent, env=env, capture_output=True, text=True, timeout=900,
-    )
+    result = agentrl_cli(cache_dir, run_dir.parent, "train", "+debug=fast", "trainer.iterations=3", "trainer.save_every=3",
+                         "logger=wandb", "logger.wandb_mode=offline", f"hydra.run.dir={run_dir}", timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     return run_dir, result
 
