@@ -39,6 +39,7 @@ def check_config(cfg: Any) -> None:
             "tasks_per_iteration",
             "group_size",
             "micro_batch_size",
+            "epochs",
             "keep_last",
             "max_nonfinite_updates",
         ):
@@ -51,12 +52,23 @@ def check_config(cfg: Any) -> None:
             )
         if t.task_pool is not None and t.task_pool < 1:
             raise UserError(f"trainer.task_pool must be >= 1 or null, got {t.task_pool}")
+        if t.mini_batch_size is not None:
+            ranks = cfg.hardware.num_processes
+            if t.mini_batch_size < 1 or t.mini_batch_size % ranks:
+                raise UserError(
+                    f"trainer.mini_batch_size must be a positive multiple of hardware.num_processes={ranks} "
+                    f"(each rank takes an equal share of every mini-batch), or null; got {t.mini_batch_size}"
+                )
         if t.learning_rate <= 0:
             raise UserError(f"trainer.learning_rate must be > 0, got {t.learning_rate}")
         if cfg.algo.invalid_penalty < 0:
             raise UserError(f"algo.invalid_penalty must be >= 0, got {cfg.algo.invalid_penalty}")
         if cfg.algo.kl_coef < 0:
             raise UserError(f"algo.kl_coef must be >= 0, got {cfg.algo.kl_coef}")
+        if cfg.algo.kl_clamp is not None and cfg.algo.kl_clamp <= 0:
+            raise UserError(f"algo.kl_clamp must be > 0 or null, got {cfg.algo.kl_clamp}")
+        if cfg.algo.dual_clip is not None and cfg.algo.dual_clip <= 1:
+            raise UserError(f"algo.dual_clip (dual-clip PPO's c) must be > 1 or null, got {cfg.algo.dual_clip}")
         check_algo(cfg.algo)
     if cfg.rollout.max_new_tokens < 1:
         raise UserError(f"rollout.max_new_tokens must be >= 1, got {cfg.rollout.max_new_tokens}")

@@ -244,6 +244,8 @@ class AlgoConfig:
     clip_epsilon: float = 0.2  # PPO clip
     clip_epsilon_high: float | None = None  # clip-higher (DAPO); None: symmetric
     kl_coef: float = 0.01  # beta of the low-variance KL to the reference policy; 0 disables it
+    kl_clamp: float | None = 10.0  # the per-token KL estimate is clamped to [-kl_clamp, kl_clamp] (verl); None: off
+    dual_clip: float | None = 3.0  # dual-clip PPO's c > 1 (verl clip_ratio_c): for A < 0 the loss is at most -c*A
     loss_aggregation: LossAggregation = LossAggregation.token_mean
 
 
@@ -309,7 +311,9 @@ class TrainerConfig:
     learning_rate: float = 1e-6
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
-    micro_batch_size: int = 64  # rows per forward/backward; one optimizer step per iteration
+    micro_batch_size: int = 64  # rows per forward/backward pass (memory only: the loss does not depend on it)
+    mini_batch_size: int | None = None  # rows per optimizer step over all ranks (verl ppo_mini_batch_size); None: all
+    epochs: int = 1  # passes over each iteration's rows (verl ppo_epochs); one optimizer step per mini-batch and pass
     save_every: int = 50  # iterations between checkpoints; the last iteration always saves
     eval_every: int = 25  # iterations between held-out evaluations; 0 disables; the end always evaluates
     keep_last: int = 3  # checkpoints kept on disk
