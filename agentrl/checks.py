@@ -16,7 +16,6 @@ from agentrl.config import (
     Device,
     EntropyConfig,
     EntropyMode,
-    EpisodeStats,
     Estimator,
     GigpoConfig,
     LoraConfig,
@@ -187,13 +186,8 @@ def check_algo(algo: Any) -> None:
             raise UserError(
                 "algo.gigpo.similarity compares observation texts; set algo.gigpo.anchor=observation with it"
             )
-    if estimator == Estimator.rloo:
-        if plain_value(algo.norm) != Norm.none.value:
-            raise UserError("algo.estimator=rloo has no std normalisation; set algo.norm=none with it")
-        if plain_value(algo.episode_stats) != EpisodeStats.rows.value:
-            raise _inapplicable(
-                "algo", ["episode_stats"], algo, "with algo.estimator=rloo (its baseline is over episodes)"
-            )
+    if estimator == Estimator.rloo and plain_value(algo.norm) != Norm.none.value:
+        raise UserError("algo.estimator=rloo has no std normalisation; set algo.norm=none with it")
 
     r = algo.replay
     if not r.enabled:

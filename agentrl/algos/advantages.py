@@ -223,25 +223,36 @@ def _grpo(rows: _Rows, norm: str, episode_stats: str, eps: float) -> np.ndarray:
     return np.where(stats.count[rows.group] > 1, centered, score)
 
 
-def rloo(group, episode, step, reward, valid, *, invalid_penalty: float = 0.1) -> np.ndarray:
-    """RLOO advantages over the episodes of each group, one per row.
+def rloo(
+    group, episode, step, reward, valid, *, episode_stats: str = "rows", invalid_penalty: float = 0.1
+) -> np.ndarray:
+    """RLOO (leave-one-out) advantages, one per row, no std normalisation; ``s_i`` is ``grpo``'s row score.
 
-    ``A_i = s_i - mean of R(tau') over the other episodes tau' of the group``,
-    with ``s_i`` the row score of ``grpo``. The baseline is taken over episode
-    returns, each episode counted once and without the invalid penalty (verl's
-    RLOO works on single-turn responses, where row and episode coincide). A group
-    with a single episode has baseline 0, so ``A_i = s_i``, as in verl. No std
-    normalisation.
+    - ``"rows"`` (default; verl-agent's ``compute_rloo_outcome_advantage`` with
+      ``compute_mean_std_cross_steps=True``): the samples are the n_g rows of the group,
+      ``A_i = s_i - sum_{j in g, j != i} s_j / (n_g - 1) = (s_i - mean_g(s)) * n_g / (n_g - 1)``,
+      so a row's own episode is in its baseline: A (3 rows, R = 10), B (1 row, R = 0) give [3.33]*3 + [-10].
+    - ``"episodes"`` (a deviation: the paper's RLOO, one episode one sample; the reference's
+      ``cross_steps=False`` takes each episode's first row's penalised score instead): the N_g
+      returns, each once and unpenalised; the penalty lowers the row's own value only,
+      ``A_i = R(tau_e(i)) - sum_{e' != e(i)} R(tau_e') / (N_g - 1) - c * (not valid_i)``:
+      [10, 10, 10, -10] above. A group of one member (one row, or one episode) has baseline 0,
+      so ``A_i = s_i``, as in the reference. Input rules as in ``grpo``.
     """
+    _check_choice("episode_stats", episode_stats, EPISODE_STATS)
     rows = _rows(group, episode, step, reward, valid, invalid_penalty)
     if rows is None:
         return np.zeros(0)
-    stats = segment_stats(rows.episode_group, rows.returns, rows.num_groups)
-    n = stats.count[rows.group]
-    # R_e - mean(others) = (R_e - mean) * n / (n - 1)
-    loo = stats.centered[rows.episode] * n / np.maximum(n - 1, 1)
     score = rows.returns[rows.episode] - rows.penalty
-    return np.where(n > 1, loo - rows.penalty, score)
+    if episode_stats == "rows":
+        stats = segment_stats(rows.group, score, rows.num_groups)
+        centered, own_penalty = stats.centered, 0.0
+    else:
+        stats = segment_stats(rows.episode_group, rows.returns, rows.num_groups)
+        centered, own_penalty = stats.centered[rows.episode], rows.penalty
+    n = stats.count[rows.group]
+    loo = centered * n / np.maximum(n - 1, 1) - own_penalty  # x_i - mean(others) = (x_i - mean) * n / (n - 1)
+    return np.where(n > 1, loo, score)
 
 
 # ---------------------------------------------------------------------------

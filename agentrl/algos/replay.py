@@ -1,14 +1,18 @@
 """ARPO replay (arXiv 2505.16282): a per-task buffer of successful episodes.
 
-The rule (docs/algorithms.md, "ARPO replay"):
+The rule (docs/algorithms.md, "ARPO replay"), applied by ``ReplayBuffer.apply``
+once per iteration, before the advantages, as the reference's ``apply_replay``
+(``verl/trainer/ray_trainer.py``) does:
 - an episode's score is its return divided by the environment's best return;
-- after the advantages of an iteration are computed, every episode of that
-  iteration whose score is above ``success_threshold`` [0.1] is appended to its
-  task's FIFO list of ``capacity`` [8]; failures and replayed copies never are;
-- before the advantages, each group whose scores have population std below
-  ``fail_std`` [0.05] and mean below ``fail_mean`` [0.2] (an all-fail group)
-  gets one stored success of its task, drawn uniformly, in place of the group's
-  first episode (lowest episode id), so the group size stays N.
+- first each group whose scores have population std below ``fail_std`` [0.05]
+  and mean below ``fail_mean`` [0.2] (an all-fail group) gets one stored
+  success of its task, drawn uniformly, in place of the group's first episode
+  (lowest episode id), so the group size stays N;
+- then every episode of the iteration's original batch (before injection)
+  whose score is above ``success_threshold`` [0.1] is appended to its task's
+  FIFO list of ``capacity`` [8]; failures and replayed copies never are. An
+  episode that an injection replaced is still stored, and the draws see only
+  earlier iterations' successes.
 
 The reference's ``enable_replay`` flag is never read; here the trainer builds a
 buffer only when ``algo.replay.enabled`` is true. The buffer and its random
@@ -123,6 +127,16 @@ class ReplayBuffer:
             for name in batch.ROW_COLUMNS:
                 columns[name].extend(rows[name])
         return batch.with_rows(columns)
+
+    def apply(self, batch: StepBatch) -> StepBatch:
+        """One iteration's replay: ``inject``, then ``add`` this iteration's successes from the original batch.
+
+        The reference's order (``apply_replay``): the draws come from the buffer as it was before this
+        iteration, and the episodes an injection replaced are stored like any other.
+        """
+        out = self.inject(batch)
+        self.add(batch)
+        return out
 
     def add(self, batch: StepBatch) -> int:
         """Store this iteration's successful episodes (never replayed copies); returns how many."""

@@ -113,8 +113,9 @@ def score_rollout(
     """Rollout metrics, ARPO replay, advantages and their metrics for this rank's rows.
 
     The rollout metrics cover every rank's own episodes (before replay); an iteration where more than
-    `env.max_fault_share` of them faulted stops the run. ARPO injects stored successes into all-fail
-    groups before the advantages and stores this iteration's successes after them, as ARPO does.
+    `env.max_fault_share` of them faulted stops the run. Before the advantages, ARPO injects stored
+    successes into all-fail groups and then stores this iteration's successes from the batch as it was
+    before injection, as ARPO's `apply_replay` does.
     GiGPO's step groups are computed once, for the advantages and for their metrics.
     """
     episodes = gather(batch.episodes)
@@ -124,12 +125,10 @@ def score_rollout(
     )
     metrics["rollout/groups_without_signal"] = groups_without_signal(batch)
     if replay is not None:
-        batch = replay.inject(batch)
+        batch = replay.apply(batch)  # inject, then store from the batch before injection, as ARPO does
+        metrics.update(replay.metrics())
     step_group = gigpo_step_groups(cfg.algo, batch)
     advantages = compute_advantages(cfg.algo, batch, step_group)
-    if replay is not None:
-        replay.add(batch)  # after the advantages, as in ARPO; replayed copies are never re-stored
-        metrics.update(replay.metrics())
     if step_group is not None:
         sizes = np.bincount(step_group)[step_group]
         metrics.update({f"gigpo/step_group_{k}": v for k, v in estimators.step_group_metrics(sizes).items()})
@@ -159,7 +158,7 @@ def compute_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | Non
     rows = (a["group"], a["episode"], a["step"], a["reward"], a["valid"])
     estimator = algo.estimator.value
     if estimator == "rloo":
-        return estimators.rloo(*rows, invalid_penalty=algo.invalid_penalty)
+        return estimators.rloo(*rows, episode_stats=algo.episode_stats.value, invalid_penalty=algo.invalid_penalty)
     common = dict(norm=algo.norm.value, episode_stats=algo.episode_stats.value, invalid_penalty=algo.invalid_penalty)
     if estimator == "gigpo":
         g = algo.gigpo

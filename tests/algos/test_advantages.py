@@ -196,11 +196,94 @@ def test_episode_returns():
     np.testing.assert_allclose(episode_returns([3, 1, 3, 1, 2], [1.0, 2.0, 4.0, 0.5, 7.0]), [5, 2.5, 5, 2.5, 7])
 
 
-def test_rloo_hand_case():
-    # Returns [10, 0, 5]: baselines are the means of the other two, 2.5, 7.5, 5.
-    out = rloo([0, 0, 0, 0], [0, 0, 1, 2], [0, 1, 0, 0], [0.0, 10.0, 0.0, 5.0], [True, False, True, True])
+def test_rloo_worked_case_rows():
+    # Row scores [10, 10, 10, 0]; each row's baseline is the mean of the other three rows:
+    # 10 - (10 + 10 + 0) / 3 = 3.333.., and 0 - (10 + 10 + 10) / 3 = -10 (the reference's rows).
+    out = rloo(**WORKED)
+    np.testing.assert_allclose(out, [10 / 3, 10 / 3, 10 / 3, -10.0], rtol=1e-12)
+    np.testing.assert_array_equal(rloo(**WORKED, episode_stats="rows"), out)
+
+
+def test_rloo_worked_case_with_invalid_rows():
+    # The worked case with A's second row and B's row invalid, c = 0.1: row scores
+    # s = [10, 9.9, 10, -0.1] (sum 29.8).
+    #   A0: 10   - (9.9 + 10 - 0.1) / 3 = 10   - 6.6      =   3.4
+    #   A1: 9.9  - (10 + 10 - 0.1) / 3  = 9.9  - 6.63333  =   3.26667
+    #   A2: as A0                                        =   3.4
+    #   B0: -0.1 - (10 + 9.9 + 10) / 3  = -0.1 - 9.96667  = -10.06667
+    # The penalty enters the other rows' baselines as well as the row's own score.
+    cols = {**WORKED, "valid": [True, False, True, False]}
+    out = rloo(**cols, invalid_penalty=0.1)
+    np.testing.assert_allclose(out, [3.4, 9.9 - 19.9 / 3, 3.4, -0.1 - 29.9 / 3], rtol=1e-12)
+    np.testing.assert_allclose(out, [3.4, 3.266667, 3.4, -10.066667], atol=1e-6)
+    # "episodes": returns [10, 0], each episode's baseline the other's return; the penalty is the row's own.
+    out = rloo(**cols, invalid_penalty=0.1, episode_stats="episodes")
+    np.testing.assert_allclose(out, [10.0, 9.9, 10.0, -10.1], rtol=1e-12)
+
+
+def test_rloo_group_of_one_row_is_its_score():
+    # The reference leaves a lone row's score unchanged (baseline 0), penalty included.
+    for stats in ("rows", "episodes"):
+        np.testing.assert_allclose(rloo([0], [0], [0], [2.0], [True], episode_stats=stats), [2.0])
+        np.testing.assert_allclose(rloo([0], [0], [0], [2.0], [False], episode_stats=stats), [1.9])
+    # One episode of three rows: under "rows" the rows are each other's baseline.
+    one = dict(group=[4, 4, 4], episode=[1, 1, 1], step=[0, 1, 2], reward=[0.0, 0.0, 10.0])
+    # scores [10, 9.9, 10]: 10 - 9.95 = 0.05, 9.9 - 10 = -0.1
+    np.testing.assert_allclose(rloo(**one, valid=[True, False, True]), [0.05, -0.1, 0.05], atol=1e-12)
+    np.testing.assert_allclose(
+        rloo(**one, valid=[True, False, True], episode_stats="episodes"), [10.0, 9.9, 10.0], atol=1e-12
+    )
+
+
+def test_rloo_groups_are_independent():
+    second = dict(group=[9, 9, 9], episode=[5, 6, 7], step=[0, 0, 0], reward=[4.0, 1.0, 1.0], valid=[True] * 3)
+    both = {k: WORKED[k] + second[k] for k in WORKED}
+    for stats in ("rows", "episodes"):
+        out = rloo(**both, episode_stats=stats)
+        np.testing.assert_array_equal(out[:4], rloo(**WORKED, episode_stats=stats))
+        np.testing.assert_array_equal(out[4:], rloo(**second, episode_stats=stats))
+    # second group alone: 4 - 1 = 3, 1 - 2.5 = -1.5
+    np.testing.assert_allclose(rloo(**second), [3.0, -1.5, -1.5], atol=1e-12)
+
+
+def test_rloo_episodes_hand_case():
+    # Returns [10, 0, 5]: baselines are the means of the other two, 2.5, 7.5, 5; row 1 is invalid.
+    out = rloo(
+        [0, 0, 0, 0],
+        [0, 0, 1, 2],
+        [0, 1, 0, 0],
+        [0.0, 10.0, 0.0, 5.0],
+        [True, False, True, True],
+        episode_stats="episodes",
+    )
     np.testing.assert_allclose(out, [7.5, 7.4, -7.5, 0.0], atol=1e-12)
-    np.testing.assert_allclose(rloo([0], [0], [0], [2.0], [True]), [2.0])
+    with pytest.raises(ValueError, match="unknown episode_stats 'steps'"):
+        rloo(**WORKED, episode_stats="steps")
+
+
+def _reference_rloo(group, episode, reward, valid, c):
+    """verl-agent's compute_rloo_outcome_advantage (compute_mean_std_cross_steps=True) on rows whose
+    score is the episode return minus the row's penalty (episode reward manager, apply_invalid_action_penalty)."""
+    returns = defaultdict(float)
+    for e, r in zip(episode, reward):
+        returns[e] += r
+    scores = [returns[e] - c * (not v) for e, v in zip(episode, valid)]
+    id2score = defaultdict(list)
+    for g, s in zip(group, scores):
+        id2score[g].append(s)
+    out = []
+    for g, s in zip(group, scores):
+        n = len(id2score[g])
+        out.append(s * n / (n - 1) - np.mean(id2score[g]) * n / (n - 1) if n > 1 else s)
+    return out
+
+
+def test_rloo_matches_reference_on_random_batches():
+    rng = np.random.default_rng(7)
+    for _ in range(50):
+        group, episode, step, reward, valid = _random_batch(rng, int(rng.integers(1, 6)))
+        out = rloo(group, episode, step, reward, valid, invalid_penalty=0.1)
+        np.testing.assert_allclose(out, _reference_rloo(group, episode, reward, valid, 0.1), rtol=1e-9, atol=1e-9)
 
 
 def test_segment_stats_matches_numpy():
@@ -254,7 +337,8 @@ def test_property_permutation_invariant(seed, n_groups, norm, stats):
     base = grpo(*cols, norm=norm, episode_stats=stats)
     shuffled = grpo(*(c[perm] for c in cols), norm=norm, episode_stats=stats)
     np.testing.assert_allclose(shuffled, base[perm], rtol=1e-9, atol=1e-9)
-    np.testing.assert_allclose(rloo(*(c[perm] for c in cols)), rloo(*cols)[perm], rtol=1e-9, atol=1e-9)
+    shuffled = rloo(*(c[perm] for c in cols), episode_stats=stats)
+    np.testing.assert_allclose(shuffled, rloo(*cols, episode_stats=stats)[perm], rtol=1e-9, atol=1e-9)
 
 
 @settings(max_examples=100, deadline=None)
@@ -275,7 +359,7 @@ def test_property_equal_returns_give_zero(ret, lengths, norm, stats):
             reward.append(ret if t == length - 1 else 0.0)
     out = grpo(group, episode, step, reward, [True] * len(group), norm=norm, episode_stats=stats)
     assert (out == 0.0).all()
-    assert (rloo(group, episode, step, reward, [True] * len(group)) == 0.0).all()
+    assert (rloo(group, episode, step, reward, [True] * len(group), episode_stats=stats) == 0.0).all()
 
 
 def test_factorize_matches_np_unique():

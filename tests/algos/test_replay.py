@@ -97,6 +97,47 @@ def test_replayed_copies_are_not_stored_again():
     assert buffer.add(out) == 0 and len(buffer) == 1
 
 
+def test_apply_stores_the_episode_an_injection_replaced():
+    # Returns 1.5, 1.5 with max_return 10: scores 0.15, 0.15, std 0 < 0.05 and mean 0.15 < 0.2, so
+    # the group is all-fail, yet each episode is above success_threshold 0.1 and is a success.
+    buffer = ReplayBuffer(capacity=8, seed=0)
+    buffer.add(make_batch({0: ("a", [WIN])}, first_episode=100))
+    batch = make_batch({0: ("a", [[1.5], [1.5]])})
+    out = buffer.apply(batch)
+    assert buffer.last_injected == 1 and buffer.last_added == 2
+    assert [out.replayed[i] for i in range(len(out)) if out.episode[i] == 0] == [True, True]  # episode 0 replaced
+    stored = [(rows["episode"][0], rows["reward"], rows["replayed"][0]) for rows in buffer.store["a"]]
+    assert stored == [(100, WIN, False), (0, [1.5], False), (1, [1.5], False)]  # the replaced original too
+
+
+def test_apply_draws_before_it_stores():
+    # As the reference's apply_replay: an all-fail group draws from earlier iterations' successes only.
+    buffer = ReplayBuffer(capacity=8, seed=0)
+    batch = make_batch({0: ("a", [[1.5], [1.5]])})
+    assert buffer.apply(batch) is batch and buffer.last_injected == 0
+    assert len(buffer) == 2
+    out = buffer.apply(make_batch({0: ("a", [[1.5], [1.5]])}, first_episode=10))
+    assert buffer.last_injected == 1 and len(buffer) == 4
+    assert dict(zip(out.episode, out.replayed)) == {10: True, 11: False}  # a copy of episode 0 or 1
+
+
+def test_score_rollout_stores_the_original_batch():
+    from types import SimpleNamespace
+
+    from agentrl.config import AlgoConfig
+    from agentrl.train.iteration import score_rollout
+
+    cfg = SimpleNamespace(algo=AlgoConfig(), env=SimpleNamespace(max_fault_share=1.0))
+    buffer = ReplayBuffer(capacity=8, seed=0)
+    buffer.add(make_batch({0: ("a", [WIN])}, first_episode=100))
+    scored = score_rollout(cfg, make_batch({0: ("a", [[1.5], [1.5]])}), buffer, lambda items: items, 0)
+    out = scored.batch
+    assert {out.episode[i] for i in range(len(out)) if out.replayed[i]} == {0}
+    assert scored.metrics["replay/groups_injected"] == 1.0
+    assert scored.metrics["replay/episodes_added"] == 2.0
+    assert [rows["episode"][0] for rows in buffer.store["a"]] == [100, 0, 1]
+
+
 def test_nothing_happens_without_stored_successes():
     buffer = ReplayBuffer()
     batch = make_batch({0: ("a", [FAIL, FAIL])})
