@@ -59,10 +59,10 @@ class EntropyAggregation(str, Enum):
 
 
 class LossAggregation(str, Enum):
-    """How per-token losses are reduced; maps onto TRL's ``loss_type``."""
+    """How per-token losses are reduced over a mini-batch (agentrl/algos/policy_loss.py: masked_total)."""
 
-    token_mean = "token_mean"  # reference: mean over every completion token of the batch (TRL "dapo")
-    seq_mean = "seq_mean"  # mean over rows of each row's token mean (TRL "grpo")
+    token_mean = "token_mean"  # reference: mean over every completion token of the mini-batch
+    seq_mean = "seq_mean"  # mean over the mini-batch's rows of each row's token mean
 
 
 class Backend(str, Enum):

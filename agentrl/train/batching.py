@@ -1,4 +1,4 @@
-"""Step rows -> the tensors of TRL's batch dict, and the micro-batches one optimizer step is cut into.
+"""Step rows -> the tensors of TRL's batch dict, and the mini- and micro-batches an iteration is cut into.
 
 Pure tensor work with no model and no collectives: the trainer decides how many rows of padding a
 rank needs (so that every rank runs the same micro-batches) and where the tensors go.
@@ -25,9 +25,29 @@ COMPLETION_KEYS = (
 )
 
 
-def length_order(batch: StepBatch) -> list[int]:
-    """Row indices sorted by prompt + completion length: neighbours pad less within a micro-batch."""
-    return sorted(range(len(batch)), key=lambda i: len(batch.prompt_ids[i]) + len(batch.completion_ids[i]))
+def length_order(batch: StepBatch, rows: list[int] | None = None) -> list[int]:
+    """Row indices (all, or `rows`) sorted by prompt + completion length: neighbours pad less in a micro-batch."""
+    rows = range(len(batch)) if rows is None else rows
+    return sorted(rows, key=lambda i: len(batch.prompt_ids[i]) + len(batch.completion_ids[i]))
+
+
+def episode_order(batch: StepBatch) -> list[int]:
+    """Row indices in the reference's order: episode after episode, each episode's turns in order.
+
+    verl-agent's `gather_rollout_data` lays the rows out this way, and `update_policy` cuts PPO
+    mini-batches as consecutive slices of it."""
+    return sorted(range(len(batch)), key=lambda i: (batch.episode[i], batch.step[i]))
+
+
+def mini_batch_order(batch: StepBatch, rows_per_mini_batch: int | None) -> list[int]:
+    """The training order of the rows: consecutive slices of `episode_order` form the mini-batches, and
+    inside each the rows are sorted by length (the loss of a mini-batch does not depend on its row order).
+    None: one mini-batch of every row."""
+    if rows_per_mini_batch is None:
+        return length_order(batch)
+    rows = episode_order(batch)
+    size = rows_per_mini_batch
+    return [i for start in range(0, len(rows), size) for i in length_order(batch, rows[start : start + size])]
 
 
 def token_tensors(batch: StepBatch, order: list[int], pad_id: int, padding: int = 0) -> dict[str, torch.Tensor]:
@@ -89,7 +109,8 @@ def sampled_logps(
 
 
 def micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
-    """Row slices of the batch; with `trim`, padding columns that no row of the slice uses are dropped."""
+    """Row slices of the batch (mini-batches, or micro-batches of one); with `trim`, padding columns that
+    no row of the slice uses are dropped. Scalars (0-dim tensors, numbers) are passed through."""
     rows = batch["advantages"].shape[0]
     for start in range(0, rows, size):
         sl = slice(start, start + size)

@@ -1,28 +1,21 @@
-"""`AgentTrainer`: TRL's GRPOTrainer, fed with multi-turn step rows.
+"""`AgentTrainer`: TRL's GRPOTrainer, fed with multi-turn step rows and updated on verl-agent's schedule.
 
-It keeps only TRL's hooks, and overrides as little as possible (docs/architecture.md, "TRL integration"):
+It keeps TRL's training loop, model handling and checkpoints, and overrides (docs/architecture.md, "TRL
+integration"):
 - `_generate_and_score_completions` runs one iteration's work (`agentrl/train/iteration.py`: tasks,
   the lockstep rollout through the trainer's own model, ARPO replay, advantages, metrics) and
-  returns TRL's batch dict (one row per agent turn);
-- `training_step` collects once per iteration, then micro-batches inside one
-  optimizer step, because the number of rows varies from one iteration to the next;
-- `_get_per_token_logps_and_entropies` keeps the differentiable entropies of the
-  loss forward pass, and a thin `_compute_loss` wrapper adds the entropy term
-  (a bonus or EPO smoothing) to TRL's policy loss;
+  returns TRL's batch dict (one row per agent turn, in training order);
+- `training_step` collects once per iteration, then takes one optimizer step per PPO mini-batch
+  (`trainer.mini_batch_size` rows over all ranks) and epoch (`trainer.epochs`), each over micro-batches,
+  against old log-probabilities taken once before the first step, as verl's `update_policy` does;
+- `_compute_loss` is agentrl's loss (`agentrl/algos/policy_loss.py`: PPO-clip with dual clip, the clamped
+  k3 KL, token- or seq-mean over the mini-batch) plus the entropy term (a bonus or EPO smoothing);
 - `_save_checkpoint` adds agentrl's state (sampler, replay buffer, entropy history)
   and keeps `checkpoints/last` pointing at the newest complete checkpoint.
-
-TRL's `_compute_loss` does the maths: PPO-clip per token, optional KL, and the
-loss aggregation of `loss_type`. With "dapo" (token-mean) the normaliser is the
-number of completion tokens of the whole iteration, so the micro-batch losses
-add up to the reference's token-mean over the batch. With "grpo" (seq-mean) TRL
-takes a mean per call, which `seq_mean_share` reweights so that the micro-batch
-losses add up to the seq-mean over the batch too.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -34,16 +27,18 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from agentrl.algos.entropy import row_weights
-from agentrl.checkpoints import TRAINING_CONFIG, agentrl_state_file, checkpoint_name, publish, staging_root
+from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
 from agentrl.errors import UserError
 from agentrl.lora import peft_config
 from agentrl.rollout.collector import PromptSpec, StepBatch, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 from agentrl.train import iteration
-from agentrl.train.batching import length_order, micro_batches, padded_rows, sampled_logps, token_tensors
+from agentrl.train.batching import micro_batches, mini_batch_order, padded_rows, sampled_logps, token_tensors
 from agentrl.train.callbacks import IterationCallback
+from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
+from agentrl.train.loss_metrics import LossStats
 from agentrl.train.trl_config import grpo_config, per_device_rows
 from agentrl.train.vllm_options import importance_sampling_ratio
 
@@ -53,7 +48,7 @@ def _unused_reward(prompts, completions, **kwargs):
     return [0.0] * len(prompts)
 
 
-class AgentTrainer(GRPOTrainer):
+class AgentTrainer(CheckpointHooks, GRPOTrainer):
     def __init__(self, *, model, tokenizer, cfg: Any, suite, pool, sampler, tracker, evaluator, output_dir: Path):
         from datasets import Dataset
 
@@ -64,7 +59,7 @@ class AgentTrainer(GRPOTrainer):
         self.pool = pool  # environments, one slot per episode, reused across iterations
         self.replay = iteration.make_replay_buffer(cfg)
         self.entropy_reg = iteration.make_entropy_regularizer(cfg)
-        self._loss_entropies: torch.Tensor | None = None
+        self.loss_stats = LossStats()
         self.nonfinite_in_a_row = self.nonfinite_total = 0
         rows = max(8, per_device_rows(cfg) * cfg.hardware.num_processes)  # at least one of TRL's batches
         placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * rows})
@@ -83,7 +78,7 @@ class AgentTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         """One iteration's rows as TRL's batch dict: tasks, rollout, replay and advantages (iteration.py),
-        then tensors, and the KL reference's log-probs when the KL term is on."""
+        then tensors in training order, and the old and reference log-probs the update needs."""
         started = time.time()
         number = self.state.global_step + 1
         rank, ranks = self.accelerator.process_index, self.accelerator.num_processes
@@ -93,8 +88,7 @@ class AgentTrainer(GRPOTrainer):
         scored = iteration.score_rollout(self.cfg, batch, self.replay, self.all_ranks, number)
         self.iteration_metrics.update(scored.metrics)
         out = self._to_tensors(scored.batch, scored.advantages)
-        if self.beta != 0.0 and out["advantages"].numel():
-            out["ref_per_token_logps"] = self._reference_logps(out)
+        self._add_policy_logps(out)
         self.iteration_metrics["rollout/completion_tokens"] = float(out["completion_mask"].sum())
         self.iteration_metrics["time/rollout_s"] = time.time() - started
         return out
@@ -137,24 +131,65 @@ class AgentTrainer(GRPOTrainer):
         iteration.filter_tasks(self.cfg, self.suite, self.sampler, self._rollout)
 
     def _to_tensors(self, batch: StepBatch, advantages: np.ndarray) -> dict[str, Any]:
-        """TRL's batch dict: rows sorted by length, then this rank's padding rows (see `_rows_to_pad`)."""
+        """TRL's batch dict: the rows in training order (`mini_batch_order`), then this rank's padding rows
+        (see `_rows_to_pad`)."""
         device = self.accelerator.device
-        order = length_order(batch)
+        order = mini_batch_order(batch, self.rows_per_mini_batch())
         padding = self._rows_to_pad(len(order))
         out = token_tensors(batch, order, self.processing_class.pad_token_id, padding)
         out["advantages"] = padded_rows(advantages[order], padding)
+        out["is_real_row"] = padded_rows(np.ones(len(order)), padding)
         if self.cfg.algo.replay.importance_correction:
             out["old_per_token_logps"] = sampled_logps(batch, order, out["completion_ids"].size(1), padding)
         if self.entropy_reg is not None:
-            tokens = out["completion_mask"][: len(order)].sum(dim=1).numpy()
-            weights = row_weights(np.asarray(batch.episode)[order], tokens, self.cfg.algo.entropy.aggregation.value)
-            out["entropy_row_weight"] = padded_rows(weights, padding)
+            out["entropy_row_weight"] = padded_rows(self._entropy_row_weights(batch, order, out), padding)
         out = {k: v.to(device) for k, v in out.items()}
-        out["num_items_in_batch"] = self.accelerator.gather(out["completion_mask"].sum()).sum()
-        out["num_rows_in_batch"] = self.accelerator.gather(torch.tensor(len(order), device=device)).sum()
         if self.use_vllm and self.vllm_importance_sampling_correction:
             out.update(self._vllm_importance_keys(batch, order, padding, out))
         return out
+
+    def _add_policy_logps(self, batch: dict[str, Any]) -> None:
+        """Before the first step: the old log-probabilities when the iteration takes several steps (else the
+        ratio's denominator is the current policy, detached), and the KL reference's when the KL term is on.
+        Old ones already there (ARPO's behaviour log-probs, vLLM's trainer-side ones) are kept."""
+        rows = batch["advantages"].shape[0]
+        if "old_per_token_logps" not in batch and self.optimizer_steps_per_iteration(rows) > 1:
+            batch["old_per_token_logps"] = self._old_logps(batch)  # the policy that generated the rows
+        if self.beta != 0.0 and rows:
+            batch["ref_per_token_logps"] = self._reference_logps(batch)
+
+    def rows_per_mini_batch(self) -> int | None:
+        """This rank's share of `trainer.mini_batch_size` (every rank takes an equal share); None: every row."""
+        size = self.cfg.trainer.mini_batch_size
+        return None if size is None else size // self.accelerator.num_processes
+
+    def optimizer_steps_per_iteration(self, rows: int) -> int:
+        """Mini-batches times epochs, for `rows` rows on this rank (padding included: equal on every rank)."""
+        size = self.rows_per_mini_batch() or max(rows, 1)
+        return max(-(-rows // size), 1) * self.cfg.trainer.epochs
+
+    def _entropy_row_weights(self, batch: StepBatch, order: list[int], out: dict) -> np.ndarray:
+        """The entropy term's row weights, normalised within each mini-batch (each step's term is a mean)."""
+        tokens = out["completion_mask"][: len(order)].sum(dim=1).numpy()
+        episodes = np.asarray(batch.episode)[order]
+        size = self.rows_per_mini_batch() or max(len(order), 1)
+        aggregation = self.cfg.algo.entropy.aggregation.value
+        parts = [
+            row_weights(episodes[start : start + size], tokens[start : start + size], aggregation)
+            for start in range(0, len(order), size)
+        ]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    @torch.no_grad()
+    def _old_logps(self, batch: dict[str, Any]) -> torch.Tensor:
+        """The PPO ratio's old log-probabilities, taken once before the first update (verl's
+        `compute_log_prob`), in eval mode as the reference does (no dropout)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self._logps_of(self.model, batch)
+        finally:
+            self.model.train(was_training)
 
     @torch.no_grad()
     def _vllm_importance_keys(self, batch: StepBatch, order: list[int], padding: int, out: dict) -> dict:
@@ -207,77 +242,145 @@ class AgentTrainer(GRPOTrainer):
             chunks.append(logps)
         return torch.cat(chunks, dim=0)
 
-    # ------------------------------------------------------------------ entropy term
-
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        logps, entropies, aux = super()._get_per_token_logps_and_entropies(*args, **kwargs)
-        if kwargs.get("compute_entropy"):
-            self._loss_entropies = entropies  # with gradient: the loss forward pass (see `_compute_loss`)
-        return logps, entropies, aux
+    # ------------------------------------------------------------------ the loss of one micro-batch
 
     def _compute_loss(self, model, inputs):
-        loss = super()._compute_loss(model, inputs)
-        if self.loss_type == "grpo":  # seq_mean: see `seq_mean_share`
-            loss = loss * seq_mean_share(inputs, self.accelerator.num_processes)
-        if self.entropy_reg is not None and self.model.training:
-            term = self.entropy_reg.loss_term(
-                self._loss_entropies,
-                inputs["completion_mask"],
-                inputs["entropy_row_weight"],
-                iteration=self.state.global_step,
+        """One micro-batch's share of its mini-batch's loss (docs/algorithms.md, "How the loss is assembled").
+
+        Per token: PPO-clip with dual clip against the old log-probabilities (the current ones, detached,
+        when the iteration takes one step), times TRL's vLLM/trainer ratio when that correction is on, plus
+        beta times the clamped k3 KL. The total over the micro-batch (`masked_total`) is divided by the
+        mini-batch's tokens or rows over every rank, times the ranks (DDP averages the gradients), so the
+        micro-batch losses add up to the mini-batch's token- or seq-mean. Then the entropy term, if any."""
+        algo = self.cfg.algo
+        ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
+        attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        mask = inputs["completion_mask"]
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, ids, attention, mask.size(1), compute_entropy=True
+        )
+        old = inputs.get("old_per_token_logps")
+        old = logps.detach() if old is None else old
+        clip_high = algo.clip_epsilon_high if algo.clip_epsilon_high is not None else algo.clip_epsilon
+        policy = ppo_clip_loss(logps, old, inputs["advantages"], algo.clip_epsilon, clip_high, algo.dual_clip)
+        per_token = policy.per_token
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        kl = None
+        if self.beta != 0.0:
+            kl = low_var_kl(logps, inputs["ref_per_token_logps"], algo.kl_clamp)
+            per_token = per_token + self.beta * kl
+        aggregation = algo.loss_aggregation.value
+        count = inputs["num_items_in_batch"] if aggregation == "token_mean" else inputs["num_rows_in_batch"]
+        loss = masked_total(per_token, mask, aggregation) * self.accelerator.num_processes / count.clamp(min=1)
+        self.loss_stats.add(mask, entropies, policy, kl)
+        if self.entropy_reg is not None and model.training:
+            loss = loss + self.entropy_reg.loss_term(
+                entropies, mask, inputs["entropy_row_weight"], iteration=self.state.global_step
             )
-            loss = loss + term
-        self._loss_entropies = None
         return loss
 
-    # ------------------------------------------------------------------ one iteration = one optimizer step
+    # ------------------------------------------------------------------ one iteration: its optimizer steps
 
     def training_step(self, model, inputs, num_items_in_batch=None):
+        """Collect one iteration, then take one optimizer step per mini-batch and epoch (verl's `update_policy`).
+
+        Every step happens here; TRL's own step after this call finds no gradient, so it only advances the
+        learning-rate schedule and `global_step` (one per iteration) and logs."""
         model.train()
         batch = self._generate_and_score_completions(inputs)
         started = time.time()
-        total = torch.zeros((), device=self.accelerator.device)
+        self.loss_stats = LossStats()
+        losses, grad_norms, skipped = [], [], 0
         finite = on_every_rank(self.accelerator, bool(torch.isfinite(batch["advantages"]).all()))
-        if batch["advantages"].numel() and finite:
-            for micro in micro_batches(batch, self.cfg.trainer.micro_batch_size):
-                with self.compute_loss_context_manager():
-                    loss = self._compute_loss(model, micro)
-                if not torch.isfinite(loss):
-                    finite = False
-                    if self.accelerator.num_processes == 1:
-                        break
-                    # other ranks are in the middle of the same backward passes (gradient all-reduce):
-                    # go on, and let _accept_update throw the whole update away on every rank
-                self.accelerator.backward(loss)
-                total += loss.detach()
-        if not self._accept_update(model, finite):
-            self._step += 1
-            return torch.zeros((), device=self.accelerator.device)
-        if self.entropy_reg is not None:
-            totals = torch.tensor(
-                self.entropy_reg.pending_totals(), dtype=torch.float64, device=self.accelerator.device
-            )
-            totals = self.accelerator.reduce(totals, reduction="sum")  # the batch mean over every rank's tokens
-            self.iteration_metrics.update(self.entropy_reg.end_iteration(float(totals[0]), float(totals[1])))
+        if not batch["advantages"].numel():
+            steps = []
+        elif not finite:
+            self._accept_update(model, False)
+            steps = []
+        else:
+            steps = [mini for _ in range(self.cfg.trainer.epochs) for mini in self._mini_batches(batch)]
+        for number, mini in enumerate(steps, start=1):
+            loss, finite = self._accumulate_gradient(model, mini)
+            if self._accept_update(model, finite, f"mini-batch {number} of {len(steps)}"):
+                grad_norms.append(self._optimizer_step(model))
+                losses.append(loss)
+            else:
+                skipped += 1
+        if self.entropy_reg is not None and steps:
+            if skipped:
+                self.entropy_reg.discard_iteration()  # the history keeps whole iterations only
+            else:
+                totals = torch.tensor(
+                    self.entropy_reg.pending_totals(), dtype=torch.float64, device=self.accelerator.device
+                )
+                totals = self.accelerator.reduce(totals, reduction="sum")  # the mean over every rank's tokens
+                self.iteration_metrics.update(self.entropy_reg.end_iteration(float(totals[0]), float(totals[1])))
+        self.iteration_metrics.update(self.loss_stats.reduce(self.accelerator))
+        self.iteration_metrics["train/optimizer_steps"] = float(len(grad_norms))
+        if grad_norms:
+            self.iteration_metrics["train/grad_norm"] = float(np.mean(grad_norms))
         self._step += 1
         self.iteration_metrics["time/update_s"] = time.time() - started
-        return total
+        if not losses:
+            return torch.zeros((), device=self.accelerator.device)
+        return torch.stack(losses).mean()
 
-    def _accept_update(self, model, finite: bool) -> bool:
+    def _mini_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
+        """Consecutive row slices of `trainer.mini_batch_size / ranks` rows, each with its token and real-row
+        counts over every rank (the loss's denominators). Every rank has as many rows, so as many slices."""
+        rows = batch["advantages"].shape[0]
+        minis = list(micro_batches(batch, self.rows_per_mini_batch() or rows, trim=False))
+        counts = torch.stack([torch.stack([m["completion_mask"].sum(), m["is_real_row"].sum()]) for m in minis])
+        counts = self.accelerator.reduce(counts.float(), reduction="sum")
+        for mini, (tokens, real_rows) in zip(minis, counts):
+            mini["num_items_in_batch"], mini["num_rows_in_batch"] = tokens, real_rows
+        return minis
+
+    def _accumulate_gradient(self, model, mini: dict[str, Any]) -> tuple[torch.Tensor, bool]:
+        """Forward and backward passes over one mini-batch's micro-batches; (its loss, whether it is finite)."""
+        total = torch.zeros((), device=self.accelerator.device)
+        finite = True
+        micros = list(micro_batches(mini, self.cfg.trainer.micro_batch_size))
+        for index, micro in enumerate(micros):
+            # DeepSpeed steps inside backward when gradients sync: only after the mini-batch's last micro-batch
+            self.accelerator.gradient_state._set_sync_gradients(index == len(micros) - 1)
+            with self.compute_loss_context_manager():
+                loss = self._compute_loss(model, micro)
+            if not torch.isfinite(loss):
+                finite = False
+                if self.accelerator.num_processes == 1:
+                    break
+                # other ranks are in the middle of the same backward passes (gradient all-reduce):
+                # go on, and let _accept_update throw this update away on every rank
+            self.accelerator.backward(loss)
+            total += loss.detach()
+        self.accelerator.gradient_state._set_sync_gradients(True)
+        return total, finite
+
+    def _optimizer_step(self, model) -> float:
+        """Clip the gradient norm (`trainer.max_grad_norm`), step, clear the gradients: transformers' own
+        sequence. Returns the norm before clipping."""
+        grad_norm = self._clip_grad_norm(model) if self.args.max_grad_norm > 0 else None
+        grad_norm = self._get_grad_norm(model, grad_norm=grad_norm)
+        self.optimizer.step()
+        model.zero_grad(set_to_none=True)  # TRL's step after training_step then has nothing to apply
+        return float(grad_norm)
+
+    def _accept_update(self, model, finite: bool, which: str = "") -> bool:
         """A non-finite advantage or loss skips the update (no gradient reaches the optimizer); too many in a row stop the run."""
         finite = on_every_rank(self.accelerator, finite)  # every rank skips together
         if finite:
             self.nonfinite_in_a_row = 0
             return True
         model.zero_grad(set_to_none=True)  # params without a gradient are left alone by the optimizer step
-        if self.entropy_reg is not None:
-            self.entropy_reg.discard_iteration()
         self.nonfinite_in_a_row += 1
         self.nonfinite_total += 1
         self.iteration_metrics["train/skipped_updates"] = float(self.nonfinite_total)
         limit = self.cfg.trainer.max_nonfinite_updates
         print(
-            f"iteration {self.state.global_step + 1}: non-finite loss or advantage; update skipped "
+            f"iteration {self.state.global_step + 1}{', ' + which if which else ''}: non-finite loss or advantage; "
+            "update skipped "
             f"({self.nonfinite_in_a_row} in a row, limit trainer.max_nonfinite_updates={limit})"
         )
         if self.nonfinite_in_a_row >= limit:
@@ -286,83 +389,3 @@ class AgentTrainer(GRPOTrainer):
                 f"(trainer.max_nonfinite_updates={limit}); the run stops with its last checkpoint intact"
             )
         return False
-
-    # ------------------------------------------------------------------ checkpoints
-
-    def agentrl_state(self) -> dict[str, Any]:
-        """What TRL's checkpoint lacks: the task stream position, the replay buffer and the entropy history."""
-        return {
-            "iteration": self.state.global_step,
-            "sampler": self.sampler.state_dict(),
-            "replay": self.replay.state_dict() if self.replay is not None else None,
-            "entropy": self.entropy_reg.state_dict() if self.entropy_reg is not None else None,
-        }
-
-    def load_agentrl_state(self, checkpoint: Path) -> None:
-        """Restore this rank's agentrl state from a checkpoint folder."""
-        state = json.loads(agentrl_state_file(checkpoint, self.accelerator.process_index).read_text())
-        self.sampler.load_state_dict(state["sampler"])
-        for name, part in (("replay", self.replay), ("entropy", self.entropy_reg)):
-            if part is not None and state.get(name) is not None:
-                part.load_state_dict(state[name])
-
-    def _get_output_dir(self, trial):
-        staging = getattr(self, "_staging_root", None)
-        return str(staging) if staging is not None else super()._get_output_dir(trial)
-
-    def _save_checkpoint(self, model, trial):
-        """TRL/transformers write the checkpoint into a staging folder; it is renamed into place when complete.
-
-        With several ranks, each rank writes its own RNG state and agentrl state there, and rank 0
-        publishes once every rank has finished writing (checkpoints are written once)."""
-        from omegaconf import OmegaConf
-
-        root = Path(self._get_output_dir(trial=trial))
-        self._staging_root = staging_root(root, clear=self.args.should_save)
-        self.accelerator.wait_for_everyone()  # nobody writes into the staging folder before rank 0 has cleared it
-        try:
-            super()._save_checkpoint(model, trial)  # into .staging/checkpoint-<k>, via _get_output_dir
-        finally:
-            self._staging_root = None
-        staged = staging_root(root) / checkpoint_name(self.state.global_step)
-        staged.mkdir(parents=True, exist_ok=True)
-        agentrl_state_file(staged, self.accelerator.process_index).write_text(
-            json.dumps(self.agentrl_state(), indent=2)
-        )
-        self.accelerator.wait_for_everyone()
-        if not self.args.should_save:
-            return
-        (staged / TRAINING_CONFIG).write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
-        if self.cfg.model.lora.enabled and self.cfg.model.lora.merge_on_save:
-            from agentrl.lora import merge_on_save
-
-            merge_on_save(staged)  # <checkpoint>/merged/: a plain model that loads without PEFT
-        publish(staged, root, keep_last=self.args.save_total_limit)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        """transformers maps the optimizer state onto args.device, which on several CPU ranks is `cpu:<rank>`:
-        a location torch.load cannot restore ("don't know how to restore data location ... cpu:0").
-        Map it onto plain "cpu" there; everything else is transformers' own loading."""
-        if checkpoint is None or self.args.device.type != "cpu" or self.args.world_size == 1:
-            return super()._load_optimizer_and_scheduler(checkpoint)
-        from unittest import mock
-
-        load = torch.load
-
-        def load_on_cpu(*args, **kwargs):
-            kwargs["map_location"] = "cpu"
-            return load(*args, **kwargs)
-
-        with mock.patch("torch.load", load_on_cpu):
-            return super()._load_optimizer_and_scheduler(checkpoint)
-
-
-def seq_mean_share(micro: dict[str, Any], num_processes: int) -> torch.Tensor:
-    """The weight that turns TRL's `grpo` loss of one micro-batch into its share of the iteration's seq-mean.
-
-    TRL's `grpo` loss is the mean over the rows of the call (a padding row counts, with loss 0), and the
-    micro-batch losses are summed, then averaged over ranks by DDP. Weighting each call by
-    rows_in_call * ranks / real_rows_of_all_ranks makes that sum the mean over every real row of the
-    iteration, however the rows are split into micro-batches or ranks."""
-    rows = micro["completion_mask"].size(0)
-    return rows * num_processes / micro["num_rows_in_batch"].clamp(min=1)

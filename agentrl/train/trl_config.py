@@ -13,11 +13,9 @@ from trl import GRPOConfig
 
 from agentrl.train.vllm_options import grpo_vllm_kwargs
 
-LOSS_TYPES = {"token_mean": "dapo", "seq_mean": "grpo"}
-
 
 def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
-    """TRL's config for one optimizer step per iteration."""
+    """TRL's config: one TRL step per iteration (agentrl's training_step takes the optimizer steps inside it)."""
     hw, t, algo = cfg.hardware, cfg.trainer, cfg.algo
     return GRPOConfig(
         output_dir=str(output_dir),
@@ -34,10 +32,11 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
         max_grad_norm=t.max_grad_norm,
         lr_scheduler_type="constant",
         warmup_steps=0,
-        beta=algo.kl_coef,
+        beta=algo.kl_coef,  # TRL builds the frozen reference model when beta != 0
+        use_bias_correction_kl=False,  # unused by agentrl's loss; verl's KL term has no ratio weighting
         epsilon=algo.clip_epsilon,
         epsilon_high=algo.clip_epsilon_high if algo.clip_epsilon_high is not None else algo.clip_epsilon,
-        loss_type=LOSS_TYPES[algo.loss_aggregation.value],
+        loss_type="dapo",  # unused: AgentTrainer._compute_loss is agentrl's own (algo.loss_aggregation)
         temperature=cfg.rollout.temperature,  # TRL scales logits by it when scoring the sampled tokens
         max_completion_length=cfg.rollout.max_new_tokens,
         entropy_coef=0.0,  # TRL's bonus assumes gradient-accumulation micro-steps

@@ -13,79 +13,17 @@
 from __future__ import annotations
 
 import copy
-import os
 
 import pytest
 import torch
 
 from agentrl.algos.entropy import EntropyRegularizer
 from agentrl.train.batching import micro_batches
-from agentrl.train.trainer import AgentTrainer
+from tests.train.conftest import make_batch
 
 pytestmark = pytest.mark.slow  # builds the +debug=fast tiny model once (seconds)
 
-AGGREGATIONS = {"token_mean": "dapo", "seq_mean": "grpo"}
-
-
-@pytest.fixture(scope="module")
-def trainer(cache_dir, tmp_path_factory):
-    from hydra import compose
-
-    from agentrl.envs.registry import make_suite
-    from agentrl.envs.workers import make_pool
-    from agentrl.models import load_policy
-    from agentrl.tracking import NullTracker
-    from agentrl.train.sampler import TaskSampler
-    from tests.conftest import hydra_initialized
-
-    saved_cache = os.environ.get("AGENTRL_CACHE")
-    os.environ["AGENTRL_CACHE"] = str(cache_dir)  # the session's tiny model (+debug=fast), built once
-    with hydra_initialized():
-        cfg = compose(config_name="train", overrides=["+debug=fast", "logger=none"])
-    suite = make_suite(cfg.env)
-    model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
-    pool = make_pool(suite.make_env, cfg.env.num_workers, cfg.env.step_timeout_s)
-    trainer = AgentTrainer(
-        model=model,
-        tokenizer=tokenizer,
-        cfg=cfg,
-        suite=suite,
-        pool=pool,
-        sampler=TaskSampler(suite, "train", cfg.seed),
-        tracker=NullTracker(),
-        evaluator=lambda model, *args, **kwargs: {},
-        output_dir=tmp_path_factory.mktemp("loss") / "checkpoints",
-    )
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # what transformers' loop sets: no accumulation
-    yield trainer
-    pool.close()
-    if saved_cache is None:
-        os.environ.pop("AGENTRL_CACHE", None)
-    else:
-        os.environ["AGENTRL_CACHE"] = saved_cache
-
-
-def make_batch(trainer, advantages, completion_lengths, prompt_length=5, seed=0):
-    """TRL's batch dict for rows of random tokens: left-padded prompts, right-padded completions."""
-    g = torch.Generator().manual_seed(seed)
-    vocab = trainer.model.config.vocab_size
-    rows, width = len(advantages), max(completion_lengths)
-    prompt_ids = torch.randint(5, vocab, (rows, prompt_length), generator=g)
-    completion_ids = torch.randint(5, vocab, (rows, width), generator=g)
-    completion_mask = torch.zeros(rows, width, dtype=torch.long)
-    for i, n in enumerate(completion_lengths):
-        completion_mask[i, :n] = 1
-    completion_ids = torch.where(completion_mask.bool(), completion_ids, trainer.processing_class.pad_token_id)
-    return {
-        "prompt_ids": prompt_ids,
-        "prompt_mask": torch.ones(rows, prompt_length, dtype=torch.long),
-        "completion_ids": completion_ids,
-        "completion_mask": completion_mask,
-        "advantages": torch.tensor(advantages, dtype=torch.float32),
-        "num_items_in_batch": completion_mask.sum(),
-        "num_rows_in_batch": torch.tensor(rows),
-    }
+AGGREGATIONS = ["token_mean", "seq_mean"]
 
 
 ADVANTAGES = [1.5, -0.5, 0.25, -2.0, 1.0]
@@ -105,10 +43,10 @@ def loss_and_gradient(trainer, batch, micro_batch_size):
     return total, grads
 
 
-@pytest.mark.parametrize("aggregation", list(AGGREGATIONS))
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
 @pytest.mark.parametrize("micro_batch_size", [1, 2, 3])
 def test_micro_batches_give_the_whole_batch_loss_and_gradient(trainer, aggregation, micro_batch_size, monkeypatch):
-    monkeypatch.setattr(trainer, "loss_type", AGGREGATIONS[aggregation])
+    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", aggregation)
     monkeypatch.setattr(trainer, "beta", 0.0)
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
     whole_loss, whole_grad = loss_and_gradient(trainer, batch, micro_batch_size=len(ADVANTAGES))
@@ -121,10 +59,10 @@ def test_micro_batches_give_the_whole_batch_loss_and_gradient(trainer, aggregati
 def test_the_values_are_the_aggregations_formulas(trainer, monkeypatch):
     monkeypatch.setattr(trainer, "beta", 0.0)
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
-    monkeypatch.setattr(trainer, "loss_type", "dapo")
+    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", "token_mean")
     token_mean = -sum(a * n for a, n in zip(ADVANTAGES, LENGTHS)) / sum(LENGTHS)  # -(1.5*3 - .5 + 1 - 4 + 4)/14
     assert loss_and_gradient(trainer, batch, 2)[0].item() == pytest.approx(token_mean, abs=1e-6)
-    monkeypatch.setattr(trainer, "loss_type", "grpo")
+    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", "seq_mean")
     seq_mean = -sum(ADVANTAGES) / len(ADVANTAGES)  # -0.25 / 5
     assert loss_and_gradient(trainer, batch, 2)[0].item() == pytest.approx(seq_mean, abs=1e-6)
 
@@ -156,7 +94,7 @@ def test_the_sign_of_the_advantage_moves_the_log_probability(trainer, advantage,
 
 def test_the_entropy_term_adds_exactly_its_formula(trainer, monkeypatch):
     monkeypatch.setattr(trainer, "beta", 0.0)
-    monkeypatch.setattr(trainer, "loss_type", "dapo")
+    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", "token_mean")
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
     weights = torch.tensor([0.1, 0.3, 0.2, 0.25, 0.15])
     batch["entropy_row_weight"] = weights

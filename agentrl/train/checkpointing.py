@@ -1,0 +1,85 @@
+"""The trainer's checkpoint hooks: agentrl's state beside TRL's, written into a staging folder and published whole.
+
+A mixin of `AgentTrainer` (agentrl/train/trainer.py), in front of TRL's GRPOTrainer: it overrides
+transformers' `_save_checkpoint`, `_get_output_dir` and `_load_optimizer_and_scheduler`. Names and the
+publishing steps live in agentrl/checkpoints.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from agentrl.checkpoints import TRAINING_CONFIG, agentrl_state_file, checkpoint_name, publish, staging_root
+
+
+class CheckpointHooks:
+    def agentrl_state(self) -> dict[str, Any]:
+        """What TRL's checkpoint lacks: the task stream position, the replay buffer and the entropy history."""
+        return {
+            "iteration": self.state.global_step,
+            "sampler": self.sampler.state_dict(),
+            "replay": self.replay.state_dict() if self.replay is not None else None,
+            "entropy": self.entropy_reg.state_dict() if self.entropy_reg is not None else None,
+        }
+
+    def load_agentrl_state(self, checkpoint: Path) -> None:
+        """Restore this rank's agentrl state from a checkpoint folder."""
+        state = json.loads(agentrl_state_file(checkpoint, self.accelerator.process_index).read_text())
+        self.sampler.load_state_dict(state["sampler"])
+        for name, part in (("replay", self.replay), ("entropy", self.entropy_reg)):
+            if part is not None and state.get(name) is not None:
+                part.load_state_dict(state[name])
+
+    def _get_output_dir(self, trial):
+        staging = getattr(self, "_staging_root", None)
+        return str(staging) if staging is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial):
+        """TRL/transformers write the checkpoint into a staging folder; it is renamed into place when complete.
+
+        With several ranks, each rank writes its own RNG state and agentrl state there, and rank 0
+        publishes once every rank has finished writing (checkpoints are written once)."""
+        from omegaconf import OmegaConf
+
+        root = Path(self._get_output_dir(trial=trial))
+        self._staging_root = staging_root(root, clear=self.args.should_save)
+        self.accelerator.wait_for_everyone()  # nobody writes into the staging folder before rank 0 has cleared it
+        try:
+            super()._save_checkpoint(model, trial)  # into .staging/checkpoint-<k>, via _get_output_dir
+        finally:
+            self._staging_root = None
+        staged = staging_root(root) / checkpoint_name(self.state.global_step)
+        staged.mkdir(parents=True, exist_ok=True)
+        agentrl_state_file(staged, self.accelerator.process_index).write_text(
+            json.dumps(self.agentrl_state(), indent=2)
+        )
+        self.accelerator.wait_for_everyone()
+        if not self.args.should_save:
+            return
+        (staged / TRAINING_CONFIG).write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
+        if self.cfg.model.lora.enabled and self.cfg.model.lora.merge_on_save:
+            from agentrl.lora import merge_on_save
+
+            merge_on_save(staged)  # <checkpoint>/merged/: a plain model that loads without PEFT
+        publish(staged, root, keep_last=self.args.save_total_limit)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        """transformers maps the optimizer state onto args.device, which on several CPU ranks is `cpu:<rank>`:
+        a location torch.load cannot restore ("don't know how to restore data location ... cpu:0").
+        Map it onto plain "cpu" there; everything else is transformers' own loading."""
+        if checkpoint is None or self.args.device.type != "cpu" or self.args.world_size == 1:
+            return super()._load_optimizer_and_scheduler(checkpoint)
+        from unittest import mock
+
+        load = torch.load
+
+        def load_on_cpu(*args, **kwargs):
+            kwargs["map_location"] = "cpu"
+            return load(*args, **kwargs)
+
+        with mock.patch("torch.load", load_on_cpu):
+            return super()._load_optimizer_and_scheduler(checkpoint)
