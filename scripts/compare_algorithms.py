@@ -3,6 +3,7 @@
     python scripts/compare_algorithms.py --level default --iterations 60
     python scripts/compare_algorithms.py --level search --iterations 100 --seeds 0 1 2
     python scripts/compare_algorithms.py --level search --seeds 1 --threads 1   # one share of a parallel sweep
+    python scripts/compare_algorithms.py --level multistep --overrides trainer.mini_batch_size=128
 
 Every configuration trains the embedded tiny model (model=tiny's recipe) on a fixed pool of
 `--task-pool` training tasks, so that tasks recur and ARPO's per-task buffer can replay them
@@ -43,6 +44,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=None, help="torch threads per job (OMP_NUM_THREADS)")
     parser.add_argument("--out", default=None, help="default: outputs/compare/<level>")
     parser.add_argument("--report-only", action="store_true", help="only report what is already under --out")
+    parser.add_argument("--overrides", nargs="*", default=[], help="extra Hydra overrides for every job")
     args = parser.parse_args()
 
     out = Path(args.out or f"outputs/compare/{args.level}")
@@ -64,6 +66,7 @@ def main() -> None:
             "logger.wandb_mode=disabled",
             "logger.progress=false",
             f"hydra.sweep.dir={sweep_dir}",
+            *args.overrides,
         ]
         env = dict(os.environ)
         if args.threads:

@@ -8,6 +8,11 @@ of the training budget).
 
     python scripts/measure_default.py --seeds 0 1 2
     python scripts/measure_default.py --seeds 0 --overrides env.level=easy trainer.iterations=50
+    python scripts/measure_default.py --out outputs/schedule/minibatch --overrides trainer.mini_batch_size=64
+
+Held-out success is also read at fixed training times (`--at-seconds`): the success of the last evaluation
+whose cumulative training time (rollout + update of every iteration so far, evaluations excluded) is at or
+below each time, so schedules that spend different time per iteration compare at equal cost.
 """
 
 from __future__ import annotations
@@ -51,9 +56,27 @@ def train(seed: int, out: Path, overrides: list[str]) -> dict:
         "final_success": evals[-1]["eval/success"],
         "best_success": max(r["eval/success"] for r in evals),
         "curve": [(r["iteration"], r["eval/success"]) for r in evals],
+        "timed_curve": timed_curve(records),
         "iterations": records[-1]["iteration"],
         "mean_iteration_s": float(np.mean([r["time/iteration_s"] for r in records if "time/iteration_s" in r])),
     }
+
+
+def timed_curve(records: list[dict]) -> list[tuple[float, float]]:
+    """(cumulative training seconds, held-out success) at each evaluation; evaluation time is not counted."""
+    seconds, curve = 0.0, []
+    for r in records:
+        seconds += r.get("time/iteration_s", 0.0)
+        if "eval/success" in r:
+            curve.append((round(seconds, 1), r["eval/success"]))
+    return curve
+
+
+def success_at(curve: list[tuple[float, float]], seconds: float) -> float | None:
+    """The held-out success of the last evaluation at or before `seconds` of training (None: none that late)."""
+    if not curve or curve[-1][0] < seconds:
+        return None
+    return [success for t, success in curve if t <= seconds][-1]
 
 
 def random_baseline(overrides: list[str], out: Path) -> float:
@@ -84,6 +107,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out", type=Path, default=Path("outputs/measure_default"))
     parser.add_argument("--overrides", nargs="*", default=[], help="extra Hydra overrides for every run")
+    parser.add_argument("--at-seconds", type=float, nargs="*", default=[60, 120, 180, 240, 300])
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -95,12 +119,12 @@ def main() -> None:
             "-m",
             "agentrl.cli",
             "train",
-            "trainer.iterations=1",
+            *args.overrides,
+            "trainer.iterations=1",  # after the overrides, which may set their own iterations
             "trainer.eval_every=0",
             "logger=none",
             "logger.progress=false",
             f"hydra.run.dir={args.out / 'build'}",
-            *args.overrides,
         ],
         check=True,
         capture_output=True,
@@ -108,7 +132,8 @@ def main() -> None:
 
     runs = [train(seed, args.out, args.overrides) for seed in args.seeds]
     baseline = random_baseline(args.overrides, args.out)
-    summary = {"overrides": args.overrides, "random_baseline": baseline, "runs": runs}
+    at = {str(int(t)): [success_at(r["timed_curve"], t) for r in runs] for t in args.at_seconds}
+    summary = {"overrides": args.overrides, "random_baseline": baseline, "runs": runs, "success_at_seconds": at}
     (args.out / "summary.json").write_text(json.dumps(summary, indent=2))
 
     print(f"{'seed':>4} {'wall s':>7} {'s/iter':>6} {'start':>6} {'final':>6} {'best':>6}")
@@ -117,6 +142,11 @@ def main() -> None:
             f"{r['seed']:>4} {r['wall_seconds']:>7.0f} {r['mean_iteration_s']:>6.2f} {r['start_success']:>6.2f} "
             f"{r['final_success']:>6.2f} {r['best_success']:>6.2f}"
         )
+    for t, values in at.items():
+        known = [v for v in values if v is not None]
+        shown = " ".join("  -  " if v is None else f"{v:.2f}" for v in values)
+        mean = f"mean {np.mean(known):.3f}" if len(known) == len(values) else "(a run ended earlier)"
+        print(f"held-out success after {t:>4} s of training: {shown}  {mean}")
     finals = [r["final_success"] for r in runs]
     print(
         f"final held-out success {np.mean(finals):.3f} ± {np.std(finals):.3f} over {len(runs)} seeds; "
