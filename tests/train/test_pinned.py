@@ -32,7 +32,7 @@ RUN = [
     "logger=none",
 ]
 
-# (train/loss, train/kl) per iteration, from `agentrl train <RUN> +algo=<name>` with seed 0
+# (train/loss, train/kl) per iteration, from `agentrl train <RUN> <OVERRIDES[name]>` with seed 0
 PINNED = {
     "grpo": [
         (0.0009001505677588284, 0.0),
@@ -44,6 +44,17 @@ PINNED = {
         (0.005833284463733435, 0.027753000323836867),
         (0.015285143628716469, 0.03829741594216502),
     ],
+    # verl-agent's schedule: 4 mini-batches of 32 rows, 2 epochs, 8 optimizer steps per iteration
+    "gigpo-mini-batches": [
+        (0.0028005423955619335, 0.02000671609762098),
+        (0.00921723898500204, 0.017347758548283007),
+        (0.006416824646294117, 0.01875757570746991),
+    ],
+}
+OVERRIDES = {
+    "grpo": ["+algo=grpo"],
+    "gigpo": ["+algo=gigpo"],
+    "gigpo-mini-batches": ["+algo=gigpo", "trainer.mini_batch_size=32", "trainer.epochs=2"],
 }
 
 
@@ -59,7 +70,7 @@ def test_three_iterations_reproduce_the_pinned_losses(algo, own_cache, tmp_path)
     from tests.conftest import agentrl_cli
 
     run_dir = tmp_path / "run"
-    result = agentrl_cli(own_cache, tmp_path, *RUN, f"+algo={algo}", f"hydra.run.dir={run_dir}", timeout=600)
+    result = agentrl_cli(own_cache, tmp_path, *RUN, *OVERRIDES[algo], f"hydra.run.dir={run_dir}", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     logged = [(r["train/loss"], r["train/kl"]) for r in records if "train/loss" in r]
