@@ -32,7 +32,12 @@ SMALL = [
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, cache_dir):
     out = {}
-    for name, extra in (("single", []), ("ddp", ["hardware=cpu_ddp"])):
+    variants = (
+        ("single", []),
+        ("ddp", ["hardware=cpu_ddp"]),
+        ("ddp_mini_batches", ["hardware=cpu_ddp", "trainer.mini_batch_size=4"]),
+    )
+    for name, extra in variants:
         run_dir = tmp_path_factory.mktemp(name) / "r"
         result = agentrl_cli(
             cache_dir, run_dir.parent, "train", *SMALL, *extra, f"hydra.run.dir={run_dir}", timeout=900
@@ -122,3 +127,11 @@ def test_resume_on_two_ranks(runs, tmp_path, cache_dir):
     ranks = _tasks(run_dir)
     assert list(ranks) == [3]
     assert ranks[3][0] + ranks[3][1] == expected
+
+
+def test_mini_batches_on_two_ranks(runs):
+    """Each rank takes 2 of every mini-batch's 4 rows; both take the same steps (or the collectives hang)."""
+    records = [json.loads(line) for line in (runs["ddp_mini_batches"][0] / "metrics.jsonl").read_text().splitlines()]
+    steps = [r["train/optimizer_steps"] for r in records if "train/optimizer_steps" in r]
+    assert len(steps) == 2
+    assert all(s > 1 and s == int(s) for s in steps)  # the mean over ranks of equal counts

@@ -21,6 +21,8 @@ ALGORITHMS = {
     "gigpo": ["+algo=gigpo"],
     "arpo": ["+algo=arpo", "trainer.task_pool=2"],  # tasks recur, so the buffer fills and injects
     "epo": ["+algo=epo"],
+    # several optimizer steps per iteration: the optimizer's step counts and moments must come back too
+    "gigpo-mini-batches": ["+algo=gigpo", "trainer.mini_batch_size=4", "trainer.epochs=2"],
 }
 COMMON = ["+debug=fast", "trainer.iterations=6", "trainer.save_every=2", "trainer.eval_every=0", "trainer.keep_last=5"]
 

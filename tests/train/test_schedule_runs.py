@@ -1,6 +1,6 @@
 """Mini-batches end to end, through the CLI: with every part that touches the update.
 
-- Without `trainer.mini_batch_size` an iteration is one step: the ratio is 1, nothing is clipped.
+- With `trainer.mini_batch_size=null` an iteration is one step: the ratio is 1, nothing is clipped.
 - With it, an iteration takes several steps, the policy moves between them and the clip binds.
 - EPO's history advances once per iteration, not once per step.
 - ARPO's replayed rows and LoRA's adapter train through several steps too.
@@ -29,8 +29,8 @@ def _train(cache_dir, tmp_path: Path, *extra: str) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_one_step_per_iteration_by_default(cache_dir, tmp_path):
-    records = _train(cache_dir, tmp_path)
+def test_without_mini_batches_an_iteration_is_one_step(cache_dir, tmp_path):
+    records = _train(cache_dir, tmp_path, "trainer.mini_batch_size=null")
     assert [r["train/optimizer_steps"] for r in records] == [1.0, 1.0, 1.0]
     assert all(r["train/clip_ratio"] == 0.0 and r["train/ppo_kl"] == 0.0 for r in records)
 
