@@ -50,7 +50,9 @@ def main() -> None:
     out = Path(args.out or f"outputs/compare/{args.level}")
     if not args.report_only:
         presets = ",".join(ALGORITHMS[a] for a in args.algorithms)
-        sweep_dir = out / time.strftime("%Y-%m-%d_%H-%M-%S") / f"seeds-{'-'.join(map(str, args.seeds))}"
+        # shards started in the same second must not share a folder: name the algorithms and the seeds
+        shard = f"{'-'.join(args.algorithms)}_seeds-{'-'.join(map(str, args.seeds))}"
+        sweep_dir = out / time.strftime("%Y-%m-%d_%H-%M-%S") / shard
         command = [
             "agentrl",
             "train",
