@@ -53,7 +53,7 @@ def check_config(cfg: Any) -> None:
             raise UserError(f"trainer.task_pool must be >= 1 or null, got {t.task_pool}")
         if t.mini_batch_size is not None:
             ranks = cfg.hardware.num_processes
-            if t.mini_batch_size < 1 or t.mini_batch_size % ranks:
+            if t.mini_batch_size < 1 or (ranks >= 1 and t.mini_batch_size % ranks):  # ranks < 1: check_hardware
                 raise UserError(
                     f"trainer.mini_batch_size must be a positive multiple of hardware.num_processes={ranks} "
                     f"(each rank takes an equal share of every mini-batch), or null; got {t.mini_batch_size}"

@@ -61,6 +61,13 @@ CASES = {
         lambda t: ["train", "hardware.num_processes=0"],
         "hardware.num_processes must be >= 1",
     ),
+    "mini-batch not shared evenly by the ranks": (
+        lambda t: ["train", "hardware=cpu_ddp", "trainer.mini_batch_size=5"],
+        "trainer.mini_batch_size must be a positive multiple of hardware.num_processes=2",
+    ),
+    "no epochs": (lambda t: ["train", "trainer.epochs=0"], "trainer.epochs must be >= 1"),
+    "dual clip that cannot cap": (lambda t: ["train", "algo.dual_clip=1"], "algo.dual_clip"),
+    "negative KL clamp": (lambda t: ["train", "algo.kl_clamp=-1"], "algo.kl_clamp must be > 0 or null"),
 }
 
 
