@@ -284,6 +284,16 @@ def test_an_unpicklable_result_is_a_fault_not_a_crash():
 
 
 def test_a_call_interrupted_by_ctrl_c_leaves_the_pool_usable():
+    # Python's own Ctrl-C handler: a job started in the background by a non-interactive shell inherits
+    # SIGINT ignored, and Python then installs no handler, so no KeyboardInterrupt would ever come
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _interrupt_a_call()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _interrupt_a_call():
     with fork_pool(2, timeout_s=20) as pool:
         obs = pool.reset(list(enumerate(tasks(2))))
         threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT)).start()  # to this process only
