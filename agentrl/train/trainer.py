@@ -163,16 +163,19 @@ class AgentTrainer(CheckpointHooks, GRPOTrainer):
         size = self.cfg.trainer.mini_batch_size
         return None if size is None else size // self.accelerator.num_processes
 
+    def mini_batch_rows(self, rows: int) -> int:
+        """The slice length that cuts this rank's `rows` rows into mini-batches (all of them when None)."""
+        return self.rows_per_mini_batch() or max(rows, 1)
+
     def optimizer_steps_per_iteration(self, rows: int) -> int:
         """Mini-batches times epochs, for `rows` rows on this rank (padding included: equal on every rank)."""
-        size = self.rows_per_mini_batch() or max(rows, 1)
-        return max(-(-rows // size), 1) * self.cfg.trainer.epochs
+        return max(-(-rows // self.mini_batch_rows(rows)), 1) * self.cfg.trainer.epochs
 
     def _entropy_row_weights(self, batch: StepBatch, order: list[int], out: dict) -> np.ndarray:
         """The entropy term's row weights, normalised within each mini-batch (each step's term is a mean)."""
         tokens = out["completion_mask"][: len(order)].sum(dim=1).numpy()
         episodes = np.asarray(batch.episode)[order]
-        size = self.rows_per_mini_batch() or max(len(order), 1)
+        size = self.mini_batch_rows(len(order))
         aggregation = self.cfg.algo.entropy.aggregation.value
         parts = [
             row_weights(episodes[start : start + size], tokens[start : start + size], aggregation)
@@ -299,7 +302,7 @@ class AgentTrainer(CheckpointHooks, GRPOTrainer):
             self._accept_update(model, False)
             steps = []
         else:
-            steps = [mini for _ in range(self.cfg.trainer.epochs) for mini in self._mini_batches(batch)]
+            steps = self._mini_batches(batch) * self.cfg.trainer.epochs  # cut (and counted over ranks) once
         for number, mini in enumerate(steps, start=1):
             loss, finite = self._accumulate_gradient(model, mini)
             if self._accept_update(model, finite, f"mini-batch {number} of {len(steps)}"):
@@ -329,8 +332,7 @@ class AgentTrainer(CheckpointHooks, GRPOTrainer):
     def _mini_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
         """Consecutive row slices of `trainer.mini_batch_size / ranks` rows, each with its token and real-row
         counts over every rank (the loss's denominators). Every rank has as many rows, so as many slices."""
-        rows = batch["advantages"].shape[0]
-        minis = list(micro_batches(batch, self.rows_per_mini_batch() or rows, trim=False))
+        minis = list(micro_batches(batch, self.mini_batch_rows(batch["advantages"].shape[0]), trim=False))
         counts = torch.stack([torch.stack([m["completion_mask"].sum(), m["is_real_row"].sum()]) for m in minis])
         counts = self.accelerator.reduce(counts.float(), reduction="sum")
         for mini, (tokens, real_rows) in zip(minis, counts):
