@@ -36,7 +36,7 @@ from agentrl.cache import cache_root
 
 log = logging.getLogger(__name__)
 
-BUILD_VERSION = 1  # bump when the recipe changes, so old caches are not reused
+BUILD_VERSION = 2  # bump when the recipe changes, so old caches are not reused
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -115,11 +115,27 @@ def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int)
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    """A byte-level BPE tokenizer trained on `texts`, split and normalised exactly as Qwen2's.
+
+    Every reader must get the ids of training. `AutoTokenizer.from_pretrained` on a folder whose
+    config says qwen2 (vLLM, evaluation harnesses, users' scripts) ignores tokenizer.json's own
+    pre-tokenizer and rebuilds the tokenizer as `Qwen2Tokenizer` from its vocabulary and merges.
+    With Qwen2's own pipeline here (NFC, Qwen2's split regex, byte-level without GPT-2's regex),
+    that rebuild is the same tokenizer. (GPT-2's split, used before, keeps " 1" whole where Qwen2
+    splits digits off, so "go to fridge 1" had 4 ids here and 5 in every other reader.)
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
+    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
 
     core = Tokenizer(models.BPE())
-    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.normalizer = normalizers.NFC()
+    core.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     core.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
