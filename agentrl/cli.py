@@ -129,7 +129,7 @@ def config(ctx: typer.Context) -> None:
 
 @app.command()
 def envs() -> None:
-    """List the environments and whether each is usable on this machine."""
+    """List the environments and whether each is usable on this machine, and which vLLM is installed."""
     from rich.console import Console
     from rich.table import Table
 
@@ -142,7 +142,19 @@ def envs() -> None:
     for spec in ENVIRONMENTS.values():
         ok, reason = spec.availability()
         table.add_row(spec.name, "[green]yes[/]" if ok else f"[red]no[/]: {reason}", spec.description)
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    console.print(f"rollout.backend=hf: yes | rollout.backend=vllm: {_vllm_status()}", markup=False)
+
+
+def _vllm_status() -> str:
+    from agentrl.rollout.vllm_engine import installed_vllm, mismatched_torch_extras
+
+    vllm = installed_vllm()
+    broken = mismatched_torch_extras() if vllm.present else []
+    if broken:
+        return f"{vllm.describe()}, broken by {', '.join(broken)}: pip uninstall -y {' '.join(broken)}"
+    return vllm.describe()
 
 
 @app.command()

@@ -144,6 +144,7 @@ def evaluate_from_config(cfg: Any) -> float:
     out_dir = Path(cfg.output) if cfg.output else Path(HydraConfig.get().runtime.output_dir)
     protocol = {
         "policy": policy_name,
+        "backend": plain_value(cfg.rollout.backend) if checkpoint is not None else None,  # who generates
         "env": OmegaConf.to_container(env_cfg, resolve=True),
         "split": split,
         "tasks": len(tasks),
@@ -179,7 +180,12 @@ def _checkpoint_policy(cfg: Any, checkpoint: Path, trained: Any | None, sampling
 
         # vLLM loads plain weights: a LoRA adapter is merged first (or its merge_on_save copy is used)
         source = lora.servable_model(checkpoint, scratch.enter_context(tempfile.TemporaryDirectory()))
-        return make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=cfg.eval.seed)
+        from agentrl.rollout.vllm_engine import engine_dtype
+
+        dtype = engine_dtype(plain_value(cfg.hardware.precision))
+        return make_eval_policy(
+            source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=cfg.eval.seed, dtype=dtype
+        )
     from agentrl.rollout.policies import HFPolicy
 
     model, tokenizer = lora.load_checkpoint(
@@ -201,7 +207,7 @@ def _print_protocol(protocol: dict) -> None:
 
     console = Console()
     console.print("[bold]evaluation protocol[/]")
-    for key in ("policy", "split", "tasks", "episodes_per_task", "seed", "temperature"):
+    for key in ("policy", "backend", "split", "tasks", "episodes_per_task", "seed", "temperature"):
         console.print(f"  {key}: {protocol[key]}")
     console.print(f"  env: {protocol['env']}")
 

@@ -1,36 +1,37 @@
-"""Memory and speed of one bf16 training iteration with a Qwen2.5-1.5B-sized model on one GPU.
+"""Memory and time of one training iteration with a Qwen2.5-0.5B/1.5B/7B-shaped model, through the real CLI.
 
 Nothing is downloaded. The script
-1. builds a model with Qwen2.5-1.5B(-Instruct)'s architecture (written out below) and random weights,
-   bf16 on the GPU, and saves it with a tokenizer into a temporary folder. The tokenizer is the embedded
-   tiny model's, trained locally on the household text (there is no Qwen tokenizer offline);
-2. runs ONE training iteration through the real CLI entry, in this process:
-   `agentrl train hardware=gpu model=qwen2.5-1.5b-instruct model.path=<folder> trainer.iterations=1 ...`
-   (HF `generate` rollouts, the model config's own recipe: KL 0.01, so TRL keeps a reference copy);
-3. reads metrics.jsonl (time/rollout_s, time/update_s, rollout/completion_tokens) and prints a table and
-   one JSON line: seconds per iteration, generated tokens per second, peak GPU memory
-   (torch.cuda.max_memory_allocated, for the rollout phase and the update phase).
+1. writes a Qwen2.5-<size>-Instruct-shaped folder with random weights and a tokenizer of Qwen2.5's size
+   (151,665 tokens, the 151,936-row embedding, the Qwen2.5 chat template; agentrl/qwen_shapes.py), or
+   reuses one given with --model-dir;
+2. runs ONE training iteration through `agentrl train` (the Typer app, Hydra, agentrl.train.run) in this
+   process: `hardware=gpu model=qwen2.5-<size>-instruct model.path=<folder> env=household
+   env.prompt_template=alfworld env.history_length=8 ...`, HF `generate` rollouts, KL reference on
+   (algo.kl_coef=0.01: a frozen copy, or with --lora the base model with the adapter disabled),
+   verl-agent's mini-batches of 256 rows (so the old log-probs are taken too);
+3. times each part by wrapping a few methods in this process (no file changes): `generate`, the
+   environments' reset/step, the old and reference log-probs, forward/backward, the optimizer step; and
+   reads the peak GPU memory of each phase (torch.cuda.max_memory_allocated). It prints a table and one
+   JSON line.
 
-    python scripts/bench_gpu_iteration.py                                  # on a GPU machine
-    python scripts/bench_gpu_iteration.py --tasks 16 --group-size 8 --max-new-tokens 128 --micro-batch-size 8
-    python scripts/bench_gpu_iteration.py --vocab tokenizer                # embedding/LM head cut to the tokenizer
-    python scripts/bench_gpu_iteration.py --device cpu --size tiny         # check the script on a CPU (~15 s)
+    python scripts/bench_gpu_iteration.py --size 1.5b                    # on a GPU machine
+    python scripts/bench_gpu_iteration.py --size 7b --lora --micro-batch-size 8
+    python scripts/bench_gpu_iteration.py --size 1.5b --model-dir /tmp/q15 --keep   # build once, reuse
+    python scripts/bench_gpu_iteration.py --device cpu --size test --regular-tokens 2048   # check it on a CPU
 
-Vocabulary. By default (`--vocab full`) the embedding and the tied LM head keep Qwen2.5's 151,936 rows, so
-the parameter count (1.54B), the logits and the sampling cost are those of the real model. The tokenizer
-knows only a few hundred of those ids: a sampled id beyond it decodes to nothing (the tokenizer skips
-unknown ids), so the environment sees an invalid action, and the token still counts as generated and
-trained on. `--vocab tokenizer` makes the model's vocabulary the tokenizer's size rounded up to a multiple
-of 64 instead: a smaller embedding/LM head (about 233M fewer parameters) and far smaller logits, so its
-memory and time are NOT those of the real model. The parameter count of the default is Qwen2.5-1.5B's:
-1,543,714,304 (1,311,127,040 without the embedding).
+Prompts. ALFWorld's prompts are about 1,300 tokens; the household environment's are shorter, so the
+default is its `default` level (10 steps) with the last 8 observation/action pairs in the prompt
+(`env.history_length=8`). With random weights every reply is 64 tokens of noise, which the history
+quotes (cut to 200 characters), so the mean prompt comes out near ALFWorld's; the JSON line gives the
+measured mean and the longest row.
 
-What the numbers are. Random weights rarely sample the end token, so nearly every reply runs to
---max-new-tokens and every episode to the environment's step limit: a worst case for generation length.
-`time/rollout_s` is the whole collection (generate, tokenisation, environment steps) plus the reference
-model's log-probs; "generate tok/s" divides the same tokens by the time spent inside `generate` only.
-The checkpoint the last iteration would write is skipped (it is I/O, not the iteration); `--save-checkpoint`
-keeps it. The final held-out evaluation runs on one task (eval.num_tasks=1) and is not in the timings.
+What the numbers are. Random weights almost never sample the end token, so every reply runs to
+--max-new-tokens and every episode to the step limit: a worst case for generation length. "rollout"
+is the whole collection plus the advantages and the log-probs; "generate" is the time inside
+`generate`, "environment" inside the environments' reset and step, "old/ref log-probs" the forward
+passes before the first step; "forward/backward" and "optimizer" add up the update's mini-batches.
+The checkpoint the iteration would write is skipped (I/O, not the iteration; --save-checkpoint keeps
+it); the final held-out evaluation runs on one task and is not in the timings.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import math
 import os
 import resource
 import shutil
@@ -50,172 +50,165 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# Qwen/Qwen2.5-1.5B-Instruct config.json, architecture keys (qkv bias is part of Qwen2's architecture).
-QWEN25_15B = dict(
-    hidden_size=1536,
-    intermediate_size=8960,
-    num_hidden_layers=28,
-    num_attention_heads=12,
-    num_key_value_heads=2,
-    vocab_size=151936,
-    tie_word_embeddings=True,
-    rope_theta=1_000_000.0,
-    max_position_embeddings=32768,
-    rms_norm_eps=1e-6,
-    hidden_act="silu",
-    use_sliding_window=False,
-    sliding_window=32768,
-    max_window_layers=21,
-)
-# Small enough to check the whole script on a CPU (there with the tokenizer's vocabulary unless --vocab full).
-TINY = {
-    **QWEN25_15B,
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "max_window_layers": 2,
-}
-
-DEFAULTS = {
-    "1.5b": dict(vocab="full", tasks=8, group_size=8, max_new_tokens=64, micro_batch_size=16),
-    # The tiny check cuts the vocabulary: off Triton devices (CPU) TRL's fused LM head scores every position,
-    # prompt included, against all 151,936 rows, which takes minutes on a CPU (`--vocab full` still works).
-    "tiny": dict(vocab="tokenizer", tasks=2, group_size=4, max_new_tokens=16, micro_batch_size=8),
-}
 GIB = 1024**3
+MODEL_OPTION = {"0.5b": "qwen2.5-0.5b-instruct", "1.5b": "qwen2.5-1.5b-instruct", "7b": "qwen2.5-7b-instruct"}
+PARTS = ("generate", "environment", "old_logps", "ref_logps", "forward_backward", "optimizer")
 
 
 def parse_args() -> argparse.Namespace:
+    from agentrl.qwen_shapes import QWEN25_REGULAR_TOKENS, SIZES
+
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
-    p.add_argument("--size", choices=["1.5b", "tiny"], default="1.5b")
+    p.add_argument("--size", choices=list(SIZES), default="1.5b", help="test: 2 layers, hidden 64 (not published)")
     p.add_argument(
-        "--vocab",
-        choices=["full", "tokenizer"],
-        help="full (default for 1.5b): 151,936 rows as in Qwen2.5; tokenizer (default for tiny): "
-        "the tokenizer's size rounded up to 64",
-    )
-    p.add_argument("--tasks", type=int, help="trainer.tasks_per_iteration (default 8; tiny 2)")
-    p.add_argument("--group-size", type=int, help="trainer.group_size (default 8; tiny 4)")
-    p.add_argument("--max-new-tokens", type=int, help="rollout.max_new_tokens (default 64; tiny 16)")
-    p.add_argument(
-        "--micro-batch-size",
+        "--regular-tokens",
         type=int,
-        help="trainer.micro_batch_size (default 16; tiny 8; the model configs' own default is 64)",
+        default=QWEN25_REGULAR_TOKENS,
+        help=f"BPE tokens of the vocabulary (default {QWEN25_REGULAR_TOKENS:,}, Qwen2.5's: 151,936 embedding rows)",
     )
-    p.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides, e.g. env.level=long")
-    p.add_argument("--workdir", type=Path, help="where the model and the run go (default: a temporary folder)")
+    p.add_argument("--lora", action="store_true", help="train a LoRA adapter (verl-agent's 7B: rank 64, alpha 64)")
+    p.add_argument("--kl-coef", type=float, default=0.01, help="algo.kl_coef (0 drops the reference)")
+    p.add_argument("--tasks", type=int, default=8, help="trainer.tasks_per_iteration")
+    p.add_argument("--group-size", type=int, default=8, help="trainer.group_size")
+    p.add_argument("--max-new-tokens", type=int, default=64, help="rollout.max_new_tokens")
+    p.add_argument("--history", type=int, default=8, help="env.history_length (8: ALFWorld-length prompts)")
+    p.add_argument("--level", default="default", help="env.level of the household environment")
+    p.add_argument("--micro-batch-size", type=int, default=16, help="trainer.micro_batch_size (rows per pass)")
+    p.add_argument(
+        "--mini-batch-size", type=int, default=256, help="trainer.mini_batch_size (verl-agent's 256; 0: one step)"
+    )
+    p.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides")
+    p.add_argument("--model-dir", type=Path, help="a model folder to use, or where to build it (kept)")
+    p.add_argument("--workdir", type=Path, help="where the run goes (default: a temporary folder)")
     p.add_argument("--keep", action="store_true", help="keep the work folder (model + run) afterwards")
     p.add_argument("--save-checkpoint", action="store_true", help="let the iteration write its checkpoint")
     p.add_argument("--json-out", type=Path, help="also write the result to this file")
-    args = p.parse_args()
-    for key, value in DEFAULTS[args.size].items():
-        if getattr(args, key) is None:
-            setattr(args, key, value)
-    return args
+    return p.parse_args()
 
 
-def tokenizer_folder() -> Path:
-    """The embedded tiny model's folder (its tokenizer is what we need): built once, cached in $AGENTRL_CACHE.
-    Without warm-up steps: the tokenizer is the same, the build takes seconds."""
-    from agentrl.config import register_configs
-    from agentrl.launch import preflight
-    from agentrl.tiny_model import ensure_tiny_model
+def sync(device: str) -> None:
+    if device == "cuda":
+        import torch
 
-    register_configs()
-    cfg = preflight("train", ["model=tiny", "model.tiny.warmup_steps=0", "logger=none"])
-    return ensure_tiny_model(cfg.model.tiny, cfg.env)
-
-
-def build_model(args, folder: Path) -> dict:
-    """A random-weight Qwen2 model of the chosen size, saved with the tiny tokenizer into `folder`."""
-    import torch
-    from transformers import AutoModelForCausalLM, Qwen2Config
-
-    from agentrl.models import load_tokenizer
-
-    tokenizer = load_tokenizer(str(tokenizer_folder()))
-    arch = dict(QWEN25_15B if args.size == "1.5b" else TINY)
-    if args.vocab == "tokenizer":
-        arch["vocab_size"] = 64 * math.ceil(len(tokenizer) / 64)
-    config = Qwen2Config(
-        **arch, bos_token_id=None, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id
-    )
-    dtype = torch.bfloat16 if args.device == "cuda" else torch.float32
-    torch.manual_seed(0)
-    with torch.device(args.device):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    info = {
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "model_vocab": config.vocab_size,
-        "tokenizer_vocab": len(tokenizer),
-        "dtype": str(dtype).removeprefix("torch."),
-    }
-    model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    del model
-    gc.collect()
-    if args.device == "cuda":
-        torch.cuda.empty_cache()
-    return info
+        torch.cuda.synchronize()
 
 
 def instrument(device: str, stats: dict) -> None:
-    """Wrap a few methods of this process (no file is changed): time spent inside `generate` during the
-    rollout, the batch's shape, the peak GPU memory of the rollout phase, and (unless asked) no checkpoint."""
+    """Wrap methods of this process (no file is changed) to time each part of the training iteration and
+    read the peak GPU memory of each phase; the final held-out evaluation is left out."""
     import torch
     from transformers.generation.utils import GenerationMixin
 
+    from agentrl.envs import workers
     from agentrl.train.trainer import AgentTrainer
 
-    generate, rollout = GenerationMixin.generate, AgentTrainer._rollout
-    score = AgentTrainer._generate_and_score_completions
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
-    stats.update(generate_s=0.0, generate_calls=0, in_rollout=False)
+    stats.update({f"{part}_s": 0.0 for part in PARTS}, generate_calls=0, in_rollout=False, in_update=False)
+    cuda = device == "cuda"
 
-    def timed_generate(self, *a, **k):
-        if not stats["in_rollout"]:
-            return generate(self, *a, **k)  # the final held-out evaluation: not timed
-        sync()
-        started = time.perf_counter()
-        out = generate(self, *a, **k)
-        sync()
-        stats["generate_s"] += time.perf_counter() - started
-        stats["generate_calls"] += 1
-        return out
+    def timed(owner, name: str, part: str, when: str | None = "in_rollout"):
+        original = getattr(owner, name)
+
+        def wrapper(*a, **k):
+            if when is not None and not stats[when]:
+                return original(*a, **k)
+            sync(device)
+            started = time.perf_counter()
+            try:
+                return original(*a, **k)
+            finally:
+                sync(device)
+                stats[f"{part}_s"] += time.perf_counter() - started
+
+        setattr(owner, name, wrapper)
+
+    timed(GenerationMixin, "generate", "generate")
+    timed(workers._SlotPool, "reset", "environment")
+    timed(workers._SlotPool, "step", "environment")
+    timed(AgentTrainer, "_old_logps", "old_logps", None)
+    timed(AgentTrainer, "_reference_logps", "ref_logps", None)
+    timed(AgentTrainer, "_accumulate_gradient", "forward_backward", None)
+    timed(AgentTrainer, "_optimizer_step", "optimizer", None)
+
+    generate = GenerationMixin.generate
+
+    def counted_generate(self, *a, **k):
+        if stats["in_rollout"]:
+            stats["generate_calls"] += 1
+        return generate(self, *a, **k)
+
+    GenerationMixin.generate = counted_generate
+
+    rollout, add_logps = AgentTrainer._rollout, AgentTrainer._add_policy_logps
+    training_step = AgentTrainer.training_step
+
+    def peak(key: str) -> None:
+        if cuda:
+            stats[key] = max(stats.get(key, 0), torch.cuda.max_memory_allocated())
+            torch.cuda.reset_peak_memory_stats()
 
     def flagged_rollout(self, *a, **k):
+        peak("peak_before_rollout")
         stats["in_rollout"] = True
         try:
             return rollout(self, *a, **k)
         finally:
             stats["in_rollout"] = False
+            peak("peak_generation")
 
-    def measured_score(self, inputs):
-        out = score(self, inputs)
-        prompt, completion = out["prompt_mask"].sum(1), out["completion_mask"].sum(1)
-        ref = self.ref_model
+    def measured_logps(self, batch):
+        prompt, completion = batch["prompt_mask"].sum(1), batch["completion_mask"].sum(1)
         stats.update(
             rows=int(prompt.numel()),
             mean_prompt_tokens=float(prompt.float().mean()),
             max_row_tokens=int((prompt + completion).max()),
-            ref_model=str(next(ref.parameters()).dtype).removeprefix("torch.") if ref is not None else "none",
+            padded_width=int(batch["prompt_ids"].size(1) + batch["completion_ids"].size(1)),
+            ref_model="copy" if self.ref_model is not None else ("base (adapter off)" if self.beta else "none"),
         )
-        if device == "cuda":  # model + reference copy + rollout; then measure the update on its own
-            stats["peak_rollout"] = torch.cuda.max_memory_allocated()
-            stats["peak_rollout_reserved"] = torch.cuda.max_memory_reserved()
-            torch.cuda.reset_peak_memory_stats()
+        peak("peak_scoring")
+        out = add_logps(self, batch)
+        peak("peak_logps")
         return out
 
-    GenerationMixin.generate = timed_generate
+    def measured_step(self, *a, **k):
+        out = training_step(self, *a, **k)
+        peak("peak_update")
+        stats["optimizer_steps"] = self.iteration_metrics.get("train/optimizer_steps")
+        return out
+
     AgentTrainer._rollout = flagged_rollout
-    AgentTrainer._generate_and_score_completions = measured_score
+    AgentTrainer._add_policy_logps = measured_logps
+    AgentTrainer.training_step = measured_step
     if not stats["save_checkpoint"]:
         AgentTrainer._save_checkpoint = lambda self, model, trial: None
+
+
+def overrides(args, model_dir: Path, run_dir: Path) -> list[str]:
+    model = MODEL_OPTION.get(args.size, "qwen2.5-0.5b-instruct")  # test: any Qwen option, the path wins
+    out = [
+        f"hardware={'gpu' if args.device == 'cuda' else 'cpu'}",
+        f"model={model}",
+        f"model.path='{model_dir}'",
+        "env=household",
+        f"env.level={args.level}",
+        "env.prompt_template=alfworld",
+        f"env.history_length={args.history}",
+        f"algo.kl_coef={args.kl_coef}",
+        "trainer.iterations=1",
+        "trainer.eval_every=0",
+        f"trainer.tasks_per_iteration={args.tasks}",
+        f"trainer.group_size={args.group_size}",
+        f"trainer.micro_batch_size={args.micro_batch_size}",
+        f"trainer.mini_batch_size={args.mini_batch_size or 'null'}",
+        f"rollout.max_new_tokens={args.max_new_tokens}",
+        "eval.num_tasks=1",
+        "logger=none",
+        "logger.progress=false",
+        f"hydra.run.dir='{run_dir}'",
+    ]
+    if args.lora:
+        out += ["model.lora.enabled=true", "model.lora.rank=64", "model.lora.alpha=64", "model.lora.dropout=0.0"]
+    return out + list(args.override)
 
 
 def train_once(args, model_dir: Path, run_dir: Path, stats: dict) -> float:
@@ -224,39 +217,18 @@ def train_once(args, model_dir: Path, run_dir: Path, stats: dict) -> float:
 
     from agentrl.cli import app
 
-    overrides = [
-        f"hardware={'gpu' if args.device == 'cuda' else 'cpu'}",
-        "model=qwen2.5-1.5b-instruct",
-        f"model.path='{model_dir}'",
-        "trainer.iterations=1",
-        "trainer.eval_every=0",
-        f"trainer.tasks_per_iteration={args.tasks}",
-        f"trainer.group_size={args.group_size}",
-        f"trainer.micro_batch_size={args.micro_batch_size}",
-        f"rollout.max_new_tokens={args.max_new_tokens}",
-        "eval.num_tasks=1",
-        "logger=none",
-        "logger.progress=false",
-        f"hydra.run.dir='{run_dir}'",
-        *args.override,
-    ]
-    stats["command"] = "agentrl train " + " ".join(overrides)
+    argv = overrides(args, model_dir, run_dir)
+    stats["command"] = "agentrl train " + " ".join(argv)
     instrument(args.device, stats)
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-        stats["allocated_before"] = torch.cuda.memory_allocated()
     started = time.time()
     try:
-        app(["train", *overrides], standalone_mode=False)
+        app(["train", *argv], standalone_mode=False)
     except BaseException:  # Hydra reports the error and exits; say how far memory had got (an OOM, most often)
         if args.device == "cuda":
-            rollout = stats.get("peak_rollout", 0)
-            peak = max(torch.cuda.max_memory_allocated(), rollout)
-            print(
-                f"training failed; peak GPU memory allocated so far {peak / GIB:.2f} GiB "
-                f"(rollout phase {rollout / GIB:.2f} GiB), micro-batch {args.micro_batch_size} rows",
-                file=sys.stderr,
-            )
+            seen = {k: round(v / GIB, 2) for k, v in stats.items() if k.startswith("peak_")}
+            print(f"training failed; peak GPU memory so far (GiB): {seen}", file=sys.stderr)
         raise
     return time.time() - started
 
@@ -270,75 +242,92 @@ def main() -> None:
     import trl
 
     from agentrl import metrics_log
+    from agentrl.qwen_shapes import build_folder
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but no CUDA device is visible; use --device cpu --size tiny")
+        raise SystemExit("error: --device cuda but no CUDA device is visible; use --device cpu --size test")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="agentrl-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    model_dir, run_dir = workdir / "model", workdir / "run"
+    model_dir, run_dir = args.model_dir or workdir / "model", workdir / "run"
     stats: dict = {"save_checkpoint": args.save_checkpoint}
+    info: dict = {}
     try:
-        started = time.time()
-        info = build_model(args, model_dir)
-        build_s = time.time() - started
+        if (model_dir / "config.json").is_file():
+            info = (
+                json.loads((model_dir / "qwen_shape.json").read_text())
+                if (model_dir / "qwen_shape.json").is_file()
+                else {}
+            )
+            build_s = 0.0
+        else:
+            started = time.time()
+            info = build_folder(
+                args.size,
+                model_dir,
+                regular_tokens=args.regular_tokens,
+                dtype="bf16" if args.device == "cuda" else "fp32",
+                device=args.device,
+            )
+            build_s = time.time() - started
+            gc.collect()
+            if args.device == "cuda":
+                torch.cuda.empty_cache()
         wall_s = train_once(args, model_dir, run_dir, stats)
-        records = metrics_log.read_records(run_dir)
-        rec = next(r for r in records if "time/rollout_s" in r)
+        rec = next(r for r in metrics_log.read_records(run_dir) if "time/rollout_s" in r)
     finally:
         if args.keep:
-            print(f"kept the model and the run in {workdir}")
+            print(f"kept the run in {workdir} and the model in {model_dir}")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 
     tokens, rollout_s, update_s = rec["rollout/completion_tokens"], rec["time/rollout_s"], rec["time/update_s"]
+    parts = {f"{part}_s": round(stats[f"{part}_s"], 2) for part in PARTS}
+    other_rollout = rollout_s - sum(stats[f"{p}_s"] for p in ("generate", "environment", "old_logps", "ref_logps"))
+    other_update = update_s - stats["forward_backward_s"] - stats["optimizer_s"]
     result = {
         "device": args.device,
         "device_name": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
         "size": args.size,
-        "architecture": "Qwen2.5-1.5B" if args.size == "1.5b" else "tiny Qwen2 (2 layers, hidden 64)",
-        "vocab": args.vocab,
+        "lora": args.lora,
         **info,
         "tasks": args.tasks,
         "group_size": args.group_size,
         "episodes": args.tasks * args.group_size,
         "max_new_tokens": args.max_new_tokens,
+        "history_length": args.history,
         "micro_batch_size": args.micro_batch_size,
+        "mini_batch_size": args.mini_batch_size or None,
+        "optimizer_steps": stats.get("optimizer_steps"),
         "rows": stats.get("rows"),
         "mean_prompt_tokens": round(stats.get("mean_prompt_tokens", float("nan")), 1),
         "max_row_tokens": stats.get("max_row_tokens"),
+        "padded_width": stats.get("padded_width"),
         "completion_tokens": int(tokens),
-        "episode_length": rec.get("rollout/episode_length"),
         "invalid_rate": rec.get("rollout/invalid_rate"),
-        "rollout_s": round(rollout_s, 3),
-        "update_s": round(update_s, 3),
-        "iteration_s": round(rollout_s + update_s, 3),
-        "generate_s": round(stats["generate_s"], 3),
+        "rollout_s": round(rollout_s, 2),
+        "update_s": round(update_s, 2),
+        "iteration_s": round(rollout_s + update_s, 2),
+        **parts,
+        "other_rollout_s": round(other_rollout, 2),
+        "other_update_s": round(other_update, 2),
         "generate_calls": stats["generate_calls"],
-        "tokens_per_s": round(tokens / rollout_s, 1),  # completion tokens / time/rollout_s
+        "tokens_per_s": round(tokens / (rollout_s + update_s), 1),
         "generate_tokens_per_s": round(tokens / stats["generate_s"], 1) if stats["generate_s"] else None,
+        "ref_model": stats.get("ref_model"),
         "checkpoint": args.save_checkpoint,
         "build_s": round(build_s, 1),
         "train_wall_s": round(wall_s, 1),
-        "ref_model": stats.get("ref_model"),
-        "fused_lm_head": fused_lm_head_mode(args.device),
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "trl": trl.__version__,
     }
     if args.device == "cuda":
-        peak_update, peak_update_reserved = torch.cuda.max_memory_allocated(), torch.cuda.max_memory_reserved()
-        result.update(
-            {
-                "peak_allocated_gib": round(max(stats["peak_rollout"], peak_update) / GIB, 2),
-                "peak_rollout_allocated_gib": round(stats["peak_rollout"] / GIB, 2),
-                "peak_update_allocated_gib": round(peak_update / GIB, 2),
-                "peak_reserved_gib": round(max(stats["peak_rollout_reserved"], peak_update_reserved) / GIB, 2),
-                "allocated_before_gib": round(stats["allocated_before"] / GIB, 2),
-                "gpu_total_gib": round(torch.cuda.get_device_properties(0).total_memory / GIB, 1),
-            }
-        )
-    else:
-        result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 2)
+        phases = ("peak_generation", "peak_logps", "peak_update")
+        result.update({f"{k}_gib": round(stats.get(k, 0) / GIB, 2) for k in phases})
+        result["peak_gib"] = max(result[f"{k}_gib"] for k in phases)
+        result["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / GIB, 2)
+        result["gpu_total_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
+    result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 2)
     print_table(result, stats["command"])
     line = json.dumps(result)
     if args.json_out:
@@ -346,63 +335,49 @@ def main() -> None:
     print(line)
 
 
-def fused_lm_head_mode(device: str) -> str:
-    """TRL's fused LM head scores only the completion positions where Triton runs, and every position elsewhere."""
-    try:
-        import torch
-        from trl.kernels.chunked_logprob import _use_triton
-
-        return "completion positions (Triton)" if _use_triton(torch.device(device)) else "all positions (no Triton)"
-    except Exception:  # a TRL without this kernel
-        return "unknown"
-
-
 def print_table(r: dict, command: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    vocab = (
-        f"{r['model_vocab']:,} rows (Qwen2.5's full vocabulary; the tokenizer has {r['tokenizer_vocab']}, "
-        "ids beyond it decode to nothing)"
-        if r["vocab"] == "full"
-        else f"{r['model_vocab']:,} rows (tokenizer's {r['tokenizer_vocab']} rounded up to 64): the embedding/LM head "
-        "is SMALLER than the real 151,936-row one"
-    )
-    table = Table(title=f"one training iteration: {r['architecture']}, {r['dtype']}, {r['device_name']}")
+    what = f"Qwen2.5-{r['size'].upper()}-shaped" if r["size"] != "test" else "test-size Qwen2"
+    lora = " + LoRA" if r["lora"] else ""
+    table = Table(title=f"one training iteration: {what}{lora}, {r.get('dtype', '?')}, {r['device_name']}")
     table.add_column("what")
     table.add_column("value", justify="right")
+    vocab = f"{r.get('model_vocab', 0):,} rows, tokenizer {r.get('tokenizer_vocab', 0):,}"
     rows = [
-        ("parameters", f"{r['parameters'] / 1e6:,.1f} M"),
-        ("reference model (KL) / LM head scores", f"{r['ref_model']} / {r['fused_lm_head']}"),
+        ("parameters / vocabulary", f"{r.get('parameters', 0) / 1e6:,.1f} M / {vocab}"),
+        ("reference model (KL)", str(r["ref_model"])),
         ("episodes (tasks x group)", f"{r['episodes']} ({r['tasks']} x {r['group_size']})"),
-        ("rows (agent turns) / micro-batch", f"{r['rows']} / {r['micro_batch_size']}"),
+        ("rows / micro-batch / optimizer steps", f"{r['rows']} / {r['micro_batch_size']} / {r['optimizer_steps']}"),
         ("mean prompt tokens / longest row", f"{r['mean_prompt_tokens']} / {r['max_row_tokens']}"),
-        ("generated (completion) tokens", f"{r['completion_tokens']:,}"),
-        ("rollout s (time/rollout_s)", f"{r['rollout_s']:.2f}"),
-        ("  of which inside generate s", f"{r['generate_s']:.2f} ({r['generate_calls']} calls)"),
-        ("update s (time/update_s)", f"{r['update_s']:.2f}"),
-        ("iteration s", f"{r['iteration_s']:.2f}"),
-        ("generated tok/s (tokens / rollout s)", f"{r['tokens_per_s']:,.1f}"),
-        ("generated tok/s (tokens / generate s)", f"{r['generate_tokens_per_s'] or float('nan'):,.1f}"),
+        ("generated tokens", f"{r['completion_tokens']:,}"),
+        ("iteration s (rollout + update)", f"{r['iteration_s']:.1f} ({r['rollout_s']:.1f} + {r['update_s']:.1f})"),
+        ("  generate s", f"{r['generate_s']:.1f} ({r['generate_calls']} calls)"),
+        ("  environment s", f"{r['environment_s']:.2f}"),
+        ("  old / ref log-probs s", f"{r['old_logps_s']:.1f} / {r['ref_logps_s']:.1f}"),
+        ("  other rollout s (prompts, tokenizing, advantages)", f"{r['other_rollout_s']:.1f}"),
+        ("  forward/backward s", f"{r['forward_backward_s']:.1f}"),
+        ("  optimizer s", f"{r['optimizer_s']:.2f}"),
+        ("  other update s", f"{r['other_update_s']:.2f}"),
+        ("generated tok/s (per iteration s)", f"{r['tokens_per_s']:,.1f}"),
+        ("generated tok/s (inside generate)", f"{r['generate_tokens_per_s'] or float('nan'):,.1f}"),
     ]
     if r["device"] == "cuda":
         rows += [
-            ("peak GPU memory allocated", f"{r['peak_allocated_gib']:.2f} GiB of {r['gpu_total_gib']} GiB"),
-            ("  rollout phase (models, generate, ref log-probs)", f"{r['peak_rollout_allocated_gib']:.2f} GiB"),
-            ("  update phase (+ grads, AdamW; final eval)", f"{r['peak_update_allocated_gib']:.2f} GiB"),
+            ("peak GPU memory allocated", f"{r['peak_gib']:.2f} GiB of {r['gpu_total_gib']} GiB"),
+            ("  generation (models, generate)", f"{r['peak_generation_gib']:.2f} GiB"),
+            ("  old/ref log-probs", f"{r['peak_logps_gib']:.2f} GiB"),
+            ("  update (+ grads, AdamW)", f"{r['peak_update_gib']:.2f} GiB"),
             ("peak GPU memory reserved", f"{r['peak_reserved_gib']:.2f} GiB"),
         ]
-    else:
-        rows.append(("peak GPU memory", f"n/a on cpu (process peak RSS {r['peak_rss_gib']:.2f} GiB)"))
+    rows.append(("peak resident memory (process)", f"{r['peak_rss_gib']:.2f} GiB"))
     for row in rows:
         table.add_row(*row)
     console = Console(width=max(Console().width, 110))
     console.print(table)
-    console.print(f"vocabulary: {vocab}")
     if not r["checkpoint"]:
-        console.print(
-            "checkpoint: not written (--save-checkpoint writes it); the final evaluation ran on 1 task, untimed"
-        )
+        console.print("checkpoint: not written (--save-checkpoint writes it); the final evaluation is untimed")
     console.print(f"ran: {command}", soft_wrap=True)
 
 

@@ -23,7 +23,7 @@ LAYERS = [
     {"envs"},
     {"rollout"},
     {"config", "checks", "tracking"},
-    {"tiny_model", "models", "lora"},
+    {"tiny_model", "qwen_shapes", "models", "lora"},
     {"evaluate"},
     {"train"},
     {"launch", "report", "cli"},

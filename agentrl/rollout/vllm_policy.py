@@ -213,6 +213,7 @@ def make_eval_policy(
     vllm_cfg: Any,
     *,
     seed: int = 0,
+    dtype: str = "auto",
     eos_token_ids: list[int] | None = None,
 ) -> VLLMEvalPolicy:
     """A `vllm.LLM` around a checkpoint folder (or hub id), sized by `rollout.vllm`.
@@ -231,6 +232,7 @@ def make_eval_policy(
         gpu_memory_utilization=float(vllm_cfg.gpu_memory_utilization),
         max_model_len=vllm_cfg.max_model_length,
         seed=seed,
+        dtype=dtype,
         # log-probs after temperature scaling and logit processing, as TRL asks for: the behaviour policy's
         logprobs_mode="processed_logprobs",
     )

@@ -17,6 +17,7 @@ integration"):
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,12 @@ from agentrl.errors import UserError
 from agentrl.lora import peft_config
 from agentrl.rollout.collector import PromptSpec, StepBatch, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
+from agentrl.rollout.vllm_engine import (
+    colocated_engine_dtype,
+    engine_dtype,
+    installed_vllm,
+    reload_colocated_weights,
+)
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 from agentrl.train import iteration
 from agentrl.train.batching import micro_batches, mini_batch_order, padded_rows, sampled_logps, token_tensors
@@ -63,16 +70,32 @@ class AgentTrainer(CheckpointHooks, GRPOTrainer):
         self.nonfinite_in_a_row = self.nonfinite_total = 0
         rows = max(8, per_device_rows(cfg) * cfg.hardware.num_processes)  # at least one of TRL's batches
         placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * rows})
-        super().__init__(
-            model=model,
-            reward_funcs=[_unused_reward],
-            args=grpo_config(cfg, output_dir),
-            train_dataset=placeholder,
-            processing_class=tokenizer,
-            peft_config=peft_config(cfg.model.lora),
-        )
+        args = grpo_config(cfg, output_dir)
+        engine = colocated_engine_dtype(engine_dtype(cfg.hardware.precision.value)) if args.use_vllm else nullcontext()
+        with engine:
+            super().__init__(
+                model=model,
+                reward_funcs=[_unused_reward],
+                args=args,
+                train_dataset=placeholder,
+                processing_class=tokenizer,
+                peft_config=peft_config(cfg.model.lora),
+            )
+        if self.use_vllm and self.vllm_mode == "colocate" and installed_vllm().runs_on_cpu:
+            self._sync_weights_by_reload()
         self.remove_callback(PrinterCallback)  # metrics go through the tracker, not raw dicts on stdout
         self.add_callback(IterationCallback(self))
+
+    def _sync_weights_by_reload(self) -> None:
+        """On vLLM's CPU build, TRL's per-parameter weight sync cannot work (`rollout/vllm_engine.py`):
+        the same weights, named and merged by TRL (LoRA adapters merged in), go through vLLM's reload."""
+        generation = self.vllm_generation
+        tied = bool(self.accelerator.unwrap_model(self.model).config.tie_word_embeddings)
+
+        def sync_weights() -> None:
+            reload_colocated_weights(generation.llm, generation._iter_named_params(), tied)
+
+        generation.sync_weights = sync_weights
 
     # ------------------------------------------------------------------ rollout -> TRL batch
 
