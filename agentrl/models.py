@@ -81,6 +81,11 @@ def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
 
         if not torch.cuda.is_available():
             raise UserError("hardware.device=cuda but no CUDA device is visible; use hardware=cpu")
+        # cuDNN's attention backward (torch's default SDPA kernel on H100/H200 since 2.11) returns NaN query
+        # gradients when a row is left-padded (fully masked) and the width is 64 modulo 128; the optimizer step
+        # then makes every weight NaN (pytorch/pytorch#196678, huggingface/trl#7181; seen here on an H100 with a
+        # Qwen2.5-1.5B-shaped model, torch 2.11). The flash and memory-efficient kernels take over.
+        torch.backends.cuda.enable_cudnn_sdp(False)
     source = resolve_model_source(model_cfg, env_cfg)
     tokenizer = load_tokenizer(source)
     model = load_model(source, hardware_cfg.precision.value, hardware_cfg.device.value)
