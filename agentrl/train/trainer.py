@@ -10,6 +10,8 @@ integration"):
   against old log-probabilities taken once before the first step, as verl's `update_policy` does;
 - `_compute_loss` is agentrl's loss (`agentrl/algos/policy_loss.py`: PPO-clip with dual clip, the clamped
   k3 KL, token- or seq-mean over the mini-batch) plus the entropy term (a bonus or EPO smoothing);
+- with vLLM, `VLLMHooks` (agentrl/train/vllm_hooks.py) gives TRL's engine the trainer's precision, syncs its
+  weights on vLLM's CPU build, and builds TRL's importance-sampling keys;
 - `_save_checkpoint` adds agentrl's state (sampler, replay buffer, entropy history)
   and keeps `checkpoints/last` pointing at the newest complete checkpoint.
 """
@@ -17,7 +19,6 @@ integration"):
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +34,6 @@ from agentrl.errors import UserError
 from agentrl.lora import peft_config
 from agentrl.rollout.collector import PromptSpec, StepBatch, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
-from agentrl.rollout.vllm_engine import (
-    colocated_engine_dtype,
-    engine_dtype,
-    installed_vllm,
-    reload_colocated_weights,
-)
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 from agentrl.train import iteration
 from agentrl.train.batching import micro_batches, mini_batch_order, padded_rows, sampled_logps, token_tensors
@@ -47,7 +42,7 @@ from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
 from agentrl.train.loss_metrics import LossStats
 from agentrl.train.trl_config import grpo_config, per_device_rows
-from agentrl.train.vllm_options import importance_sampling_ratio
+from agentrl.train.vllm_hooks import VLLMHooks, engine_construction
 
 
 def _unused_reward(prompts, completions, **kwargs):
@@ -55,7 +50,7 @@ def _unused_reward(prompts, completions, **kwargs):
     return [0.0] * len(prompts)
 
 
-class AgentTrainer(CheckpointHooks, GRPOTrainer):
+class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
     def __init__(self, *, model, tokenizer, cfg: Any, suite, pool, sampler, tracker, evaluator, output_dir: Path):
         from datasets import Dataset
 
@@ -71,8 +66,7 @@ class AgentTrainer(CheckpointHooks, GRPOTrainer):
         rows = max(8, per_device_rows(cfg) * cfg.hardware.num_processes)  # at least one of TRL's batches
         placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * rows})
         args = grpo_config(cfg, output_dir)
-        engine = colocated_engine_dtype(engine_dtype(cfg.hardware.precision.value)) if args.use_vllm else nullcontext()
-        with engine:
+        with engine_construction(args, cfg):
             super().__init__(
                 model=model,
                 reward_funcs=[_unused_reward],
@@ -81,21 +75,9 @@ class AgentTrainer(CheckpointHooks, GRPOTrainer):
                 processing_class=tokenizer,
                 peft_config=peft_config(cfg.model.lora),
             )
-        if self.use_vllm and self.vllm_mode == "colocate" and installed_vllm().runs_on_cpu:
-            self._sync_weights_by_reload()
+        self.adapt_vllm_engine()
         self.remove_callback(PrinterCallback)  # metrics go through the tracker, not raw dicts on stdout
         self.add_callback(IterationCallback(self))
-
-    def _sync_weights_by_reload(self) -> None:
-        """On vLLM's CPU build, TRL's per-parameter weight sync cannot work (`rollout/vllm_engine.py`):
-        the same weights, named and merged by TRL (LoRA adapters merged in), go through vLLM's reload."""
-        generation = self.vllm_generation
-        tied = bool(self.accelerator.unwrap_model(self.model).config.tie_word_embeddings)
-
-        def sync_weights() -> None:
-            reload_colocated_weights(generation.llm, generation._iter_named_params(), tied)
-
-        generation.sync_weights = sync_weights
 
     # ------------------------------------------------------------------ rollout -> TRL batch
 
@@ -216,29 +198,6 @@ class AgentTrainer(CheckpointHooks, GRPOTrainer):
             return self._logps_of(self.model, batch)
         finally:
             self.model.train(was_training)
-
-    @torch.no_grad()
-    def _vllm_importance_keys(self, batch: StepBatch, order: list[int], padding: int, out: dict) -> dict:
-        """TRL's keys for its vLLM/trainer mismatch correction: the sampler's log-probs, the trainer's, the ratio.
-
-        Replayed rows (ARPO) get no sampler log-probs (NaN, ratio 1): their staleness is what
-        algo.replay.importance_correction is for."""
-        width = out["completion_ids"].size(1)
-        sampling = sampled_logps(batch, order, width, padding, missing=float("nan"), skip_replayed=True)
-        sampling = sampling.to(out["completion_mask"].device)
-        current = self._logps_of(self.model, out)
-        ratio = importance_sampling_ratio(
-            current,
-            sampling,
-            out["completion_mask"],
-            self.vllm_importance_sampling_mode,
-            self.vllm_importance_sampling_clip_min,
-            self.vllm_importance_sampling_clip_max,
-        )
-        keys = {"sampling_per_token_logps": torch.nan_to_num(sampling, nan=0.0), "importance_sampling_ratio": ratio}
-        if "old_per_token_logps" not in out:  # ARPO's importance correction sets its own
-            keys["old_per_token_logps"] = current
-        return keys
 
     def _rows_to_pad(self, rows: int) -> int:
         """Rows of padding that bring this rank to the largest rank's row count, so that every rank runs the

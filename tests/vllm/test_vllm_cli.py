@@ -13,6 +13,7 @@ from tests.vllm.conftest import MEMORY_SHARE, NEEDS_VLLM
 
 pytestmark = NEEDS_VLLM
 VLLM = ["rollout.backend=vllm", f"rollout.vllm.gpu_memory_utilization={MEMORY_SHARE}"]
+GAP = 1e-4  # |trainer - vLLM| per-token log-prob, both float32 (tests/vllm/test_vllm_colocate.py)
 
 
 def train(run_cli, where: Path, *overrides: str) -> Path:
@@ -39,8 +40,21 @@ def test_training_on_the_colocated_engine(vllm_run):
     trained = [r for r in records if "train/loss" in r]
     assert [r["iteration"] for r in trained] == [1, 2]
     assert all(r["rollout/rows"] > 0 and r["train/optimizer_steps"] >= 1 for r in trained)
+    # the engine sampled with the trainer's weights: before the first update, and after it (weight sync)
+    assert all(r["rollout/vllm_logp_gap_max"] < GAP for r in trained), [r["rollout/vllm_logp_gap_max"] for r in trained]
     assert (vllm_run / "checkpoints" / "last" / "model.safetensors").is_file()
     assert "eval/success" in records[-1]
+
+
+def test_two_ddp_ranks_each_with_its_own_engine(run_cli, tmp_path):
+    run = train(run_cli, tmp_path / "ddp", "hardware=cpu_ddp", *VLLM)
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if "train/loss" in r]
+    assert [r["iteration"] for r in trained] == [1, 2]
+    # the gap is the max over both ranks' tokens: each rank's engine holds the updated weights
+    assert all(r["rollout/vllm_logp_gap_max"] < GAP for r in trained), [r["rollout/vllm_logp_gap_max"] for r in trained]
+    ranks = {json.loads(line)["rank"] for line in (run / "tasks.jsonl").read_text().splitlines()}
+    assert ranks == {0, 1}
 
 
 def evaluate(run_cli, run: Path, out: Path, *overrides: str) -> dict:

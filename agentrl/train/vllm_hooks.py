@@ -1,0 +1,85 @@
+"""The trainer's vLLM hooks: the engine's dtype and weight sync on each build, and TRL's importance-sampling keys.
+
+A mixin of `AgentTrainer` (agentrl/train/trainer.py), in front of TRL's GRPOTrainer. TRL owns the engine
+(colocate or server); agentrl gives it the trainer's precision, replaces its colocated weight sync on vLLM's
+CPU build (agentrl/rollout/vllm_engine.py), and builds the keys of TRL's vLLM/trainer mismatch correction
+from the rows' behaviour log-probs. It also logs how far the engine's log-probs are from the trainer's
+(`rollout/vllm_logp_gap_mean`, `_max`): with the weights in sync and the same precision, a few 1e-6.
+"""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+from typing import Any
+
+import torch
+
+from agentrl.rollout.collector import StepBatch
+from agentrl.rollout.vllm_engine import colocated_engine_dtype, engine_dtype, installed_vllm, reload_colocated_weights
+from agentrl.train.batching import sampled_logps
+from agentrl.train.vllm_options import importance_sampling_ratio
+
+
+def engine_construction(args: Any, cfg: Any):
+    """The context the trainer is built in: TRL's colocated engine gets the trainer's precision."""
+    if not args.use_vllm:
+        return nullcontext()
+    return colocated_engine_dtype(engine_dtype(cfg.hardware.precision.value))
+
+
+class VLLMHooks:
+    def adapt_vllm_engine(self) -> None:
+        """After TRL built its engine: on vLLM's CPU build, colocated weights sync through vLLM's reload."""
+        if self.use_vllm and self.vllm_mode == "colocate" and installed_vllm().runs_on_cpu:
+            self._sync_weights_by_reload()
+
+    def _sync_weights_by_reload(self) -> None:
+        """TRL's per-parameter weight sync cannot work on the CPU build (`rollout/vllm_engine.py`): the same
+        weights, named and merged by TRL (LoRA adapters merged in), go through vLLM's reload."""
+        generation = self.vllm_generation
+        tied = bool(self.accelerator.unwrap_model(self.model).config.tie_word_embeddings)
+
+        def sync_weights() -> None:
+            reload_colocated_weights(generation.llm, generation._iter_named_params(), tied)
+
+        generation.sync_weights = sync_weights
+
+    @torch.no_grad()
+    def _vllm_importance_keys(self, batch: StepBatch, order: list[int], padding: int, out: dict) -> dict:
+        """TRL's keys for its vLLM/trainer mismatch correction: the sampler's log-probs, the trainer's, the ratio.
+
+        Replayed rows (ARPO) get no sampler log-probs (NaN, ratio 1): their staleness is what
+        algo.replay.importance_correction is for."""
+        width = out["completion_ids"].size(1)
+        sampling = sampled_logps(batch, order, width, padding, missing=float("nan"), skip_replayed=True)
+        sampling = sampling.to(out["completion_mask"].device)
+        current = self._logps_of(self.model, out)
+        self.iteration_metrics.update(self._logp_gap(current, sampling, out["completion_mask"]))
+        ratio = importance_sampling_ratio(
+            current,
+            sampling,
+            out["completion_mask"],
+            self.vllm_importance_sampling_mode,
+            self.vllm_importance_sampling_clip_min,
+            self.vllm_importance_sampling_clip_max,
+        )
+        keys = {"sampling_per_token_logps": torch.nan_to_num(sampling, nan=0.0), "importance_sampling_ratio": ratio}
+        if "old_per_token_logps" not in out:  # ARPO's importance correction sets its own
+            keys["old_per_token_logps"] = current
+        return keys
+
+    def _logp_gap(self, current: torch.Tensor, sampling: torch.Tensor, mask: torch.Tensor) -> dict[str, float]:
+        """|trainer log-prob - vLLM log-prob| over every rank's sampled tokens: its mean and its max."""
+        known = mask.bool() & torch.isfinite(sampling)
+        gap = (current - sampling).abs()[known]
+        local = torch.stack(
+            [gap.sum(), torch.tensor(float(gap.numel())), gap.max() if gap.numel() else torch.tensor(0.0)]
+        ).to(self.accelerator.device, torch.float64)
+        every = self.accelerator.gather(local[None]) if self.accelerator.num_processes > 1 else local[None]
+        tokens = float(every[:, 1].sum())
+        if tokens == 0:
+            return {}
+        return {
+            "rollout/vllm_logp_gap_mean": float(every[:, 0].sum()) / tokens,
+            "rollout/vllm_logp_gap_max": float(every[:, 2].max()),
+        }
