@@ -278,7 +278,9 @@ class VllmConfig:
     """vLLM generation through TRL (rollout.backend=vllm); each key maps onto GRPOConfig's vllm_* option."""
 
     mode: VllmMode = VllmMode.colocate
-    gpu_memory_utilization: float = 0.3  # colocate: share of each GPU's memory vLLM may take
+    # colocate: share of each GPU's memory vLLM may take; on vLLM's CPU build, share of the host memory node
+    # the whole process may hold, trainer included (docs/vllm.md)
+    gpu_memory_utilization: float = 0.3
     tensor_parallel_size: int = 1  # colocate: GPUs one vLLM engine spans
     enable_sleep_mode: bool = False  # colocate: free vLLM's memory during the update
     max_model_length: int | None = None  # colocate: context length; None: the model's
