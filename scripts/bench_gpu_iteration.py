@@ -154,7 +154,9 @@ def instrument(device: str, stats: dict) -> None:
     def peak(key: str) -> None:
         if cuda:
             stats[key] = max(stats.get(key, 0), torch.cuda.max_memory_allocated())
-            torch.cuda.reset_peak_memory_stats()
+            reserved = f"{key}_reserved"  # the allocator's cache: what nvidia-smi would show
+            stats[reserved] = max(stats.get(reserved, 0), torch.cuda.max_memory_reserved())
+            torch.cuda.reset_peak_memory_stats()  # resets both peaks
 
     def flagged_rollout(self, *a, **k):
         peak("peak_before_rollout")
@@ -334,7 +336,7 @@ def main() -> None:
         phases = ("peak_generation", "peak_logps", "peak_update")
         result.update({f"{k}_gib": round(stats.get(k, 0) / GIB, 2) for k in phases})
         result["peak_gib"] = max(result[f"{k}_gib"] for k in phases)
-        result["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / GIB, 2)
+        result["peak_reserved_gib"] = round(max(stats.get(f"{k}_reserved", 0) for k in phases) / GIB, 2)
         result["gpu_total_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
     result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 2)
     print_table(result, stats["command"])
