@@ -167,3 +167,27 @@ def test_sizes_are_the_published_ones_and_a_test_size():
     assert set(SIZES) == {"0.5b", "1.5b", "7b", "test"}
     with pytest.raises(ValueError, match="unknown size"):
         qwen_shapes.qwen_config("3b")
+
+
+def test_hf_rollouts_sample_the_policy_not_the_folders_generation_defaults(tmp_path):
+    """A Qwen2.5-Instruct folder's generation_config.json asks for a repetition penalty (1.1, or 1.05 at 7B) and
+    top-k 20; `generate` applies whatever the call leaves unset. The rollout must sample the policy itself:
+    its behaviour log-probs are the model's own log-softmax of the sampled tokens."""
+    import torch
+
+    from agentrl.models import load_model, load_tokenizer
+    from agentrl.rollout.collector import Turn
+    from agentrl.rollout.policies import HFPolicy, SamplingSpec
+
+    folder = tmp_path / "qwen-test"
+    qwen_shapes.build_folder("test", folder, regular_tokens=1024, dtype="fp32", texts=TEXTS * 20)
+    model, tokenizer = load_model(str(folder)), load_tokenizer(str(folder))
+    assert model.generation_config.repetition_penalty == 1.1
+    torch.manual_seed(0)
+    policy = HFPolicy(model, tokenizer, SamplingSpec(temperature=1.0, max_new_tokens=12))
+    [reply] = policy.act([Turn(prompt="go to fridge 1 " * 20, observation=None)])
+    ids = torch.tensor([reply.prompt_ids + reply.completion_ids])
+    with torch.no_grad():
+        logits = model(input_ids=ids).logits[0, len(reply.prompt_ids) - 1 : -1]
+    own = logits.log_softmax(-1).gather(-1, torch.tensor(reply.completion_ids)[:, None]).squeeze(-1)
+    assert torch.allclose(torch.tensor(reply.logprobs), own, atol=1e-4)

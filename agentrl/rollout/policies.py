@@ -67,6 +67,7 @@ class HFPolicy:
             temperature=None if s.greedy else s.temperature,
             top_p=None if s.greedy else s.top_p,
             top_k=None,
+            repetition_penalty=1.0,  # a downloaded Qwen2.5-Instruct's generation_config.json asks for 1.1
             max_new_tokens=s.max_new_tokens,
             eos_token_id=self.eos_token_ids,
             pad_token_id=self.pad_id,
