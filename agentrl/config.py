@@ -157,6 +157,7 @@ class TinyModelConfig:
     intermediate_size: int = 128  # MLP width; the update's cost is mostly here
     num_layers: int = 2
     num_heads: int = 2
+    num_kv_heads: int | None = None  # None: num_heads (plain multi-head attention); fewer: grouped-query
     vocab_size: int = 1024
     warmup_steps: int = 1500  # supervised steps on random admissible actions (0: no warm-up)
     demo_turns: int = 4000  # turns of random admissible play that the tokenizer and the warm-up learn from

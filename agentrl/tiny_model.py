@@ -36,7 +36,7 @@ from agentrl.cache import cache_root
 
 log = logging.getLogger(__name__)
 
-BUILD_VERSION = 2  # bump when the recipe changes, so old caches are not reused
+BUILD_VERSION = 3  # bump when the recipe changes, so old caches are not reused
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -175,7 +175,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
         intermediate_size=tiny_cfg.intermediate_size,
         num_hidden_layers=tiny_cfg.num_layers,
         num_attention_heads=heads,
-        num_key_value_heads=heads // 2 if heads % 2 == 0 else heads,
+        num_key_value_heads=tiny_cfg.num_kv_heads or heads,
         max_position_embeddings=2048,
         tie_word_embeddings=True,
         bos_token_id=None,
