@@ -243,14 +243,22 @@ def test_vllm_eval_gets_the_merged_folder(lora_run, tmp_path, monkeypatch):
 
     def fake_make_eval_policy(model_source, tokenizer, sampling, vllm_cfg, **kw):
         seen.update(
-            source=model_source, files=sorted(p.name for p in Path(model_source).iterdir()), tokenizer=tokenizer
+            dtype=kw.get("dtype"),
+            source=model_source,
+            files=sorted(p.name for p in Path(model_source).iterdir()),
+            tokenizer=tokenizer,
         )
         return "policy"
 
     monkeypatch.setattr(vllm_policy, "make_eval_policy", fake_make_eval_policy)
-    cfg = SimpleNamespace(rollout=SimpleNamespace(backend="vllm", vllm=SimpleNamespace()), eval=SimpleNamespace(seed=0))
+    cfg = SimpleNamespace(
+        rollout=SimpleNamespace(backend="vllm", vllm=SimpleNamespace()),
+        eval=SimpleNamespace(seed=0),
+        hardware=SimpleNamespace(precision="fp32"),
+    )
     with ExitStack() as scratch:
         assert _checkpoint_policy(cfg, _checkpoint(lora_run), None, None, scratch) == "policy"
         assert "model.safetensors" in seen["files"] and "adapter_config.json" not in seen["files"]
     assert not Path(seen["source"]).exists()  # the temporary merge is gone after the evaluation
     assert seen["tokenizer"].padding_side == "left"
+    assert seen["dtype"] == "float32"  # the engine computes in the training precision

@@ -4,7 +4,7 @@ Readers outside agentrl (vLLM, evaluation harnesses, users' scripts) call plain
 `AutoTokenizer.from_pretrained(folder)`, which on a qwen2 folder rebuilds the tokenizer as
 `Qwen2Tokenizer` from the vocabulary and merges. The ids of training come from tokenizer.json
 as saved. The two must agree on the tiny model, a checkpoint and an export. vLLM's own loading
-is checked in tests/vllm.
+is checked in tests/with_vllm.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The vLLM rollout path without vLLM: GRPOConfig options, TRL's IS ratio, and lockstep collective generation.
 
-The real engine is exercised by the tests marked `vllm` here and in tests/vllm (they skip without a vLLM build).
+The real engine is exercised by the tests marked `vllm` here and in tests/with_vllm (they skip without a vLLM build).
 """
 
 from __future__ import annotations

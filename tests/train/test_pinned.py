@@ -4,7 +4,8 @@ This is the guard that a refactor changes nothing. The values were recorded on t
 2.13.0, first from the code before the issue-11 refactor, then again when agentrl's own loss replaced
 TRL's (issue 12): the first two iterations are unchanged; the third differs because TRL 1.16 weights
 the KL term by the (differentiable) ratio by default, and verl does not, so the KL gradient of
-iteration 2 changed. A change that is meant to change training (a new tiny-model layout, a new loss
+iteration 2 changed. Issue 13 re-recorded all of them: the tiny model changed (Qwen2's pre-tokenization,
+two heads of dimension 32 for vLLM's CPU kernels). A change that is meant to change training (a new tiny-model layout, a new loss
 detail) re-records them in the same commit, and says so.
 
 The tiny model here is the `+debug=fast` one (30 warm-up steps): it wins no episode in 3 iterations,
@@ -35,20 +36,20 @@ RUN = [
 # (train/loss, train/kl) per iteration, from `agentrl train <RUN> <OVERRIDES[name]>` with seed 0
 PINNED = {
     "grpo": [
-        (0.0009001505677588284, 0.0),
-        (0.0035179532133042812, 0.02655274825053172),
-        (0.007026790641248226, 0.015108469001248351),
+        (-0.0007972717867232859, 0.0),
+        (0.0015290438896045089, 0.010149159680408646),
+        (0.00121197325643152, 0.00935364382107534),
     ],
     "gigpo": [
-        (0.0019174845656380057, 0.0),
-        (0.005833284463733435, 0.027753000323836867),
-        (0.015285143628716469, 0.03829741594216502),
+        (-0.0015945435734465718, 0.0),
+        (0.002602890832349658, 0.010154510693377758),
+        (0.0020879129879176617, 0.0124899745956669),
     ],
     # verl-agent's schedule: 4 mini-batches of 32 rows, 2 epochs, 8 optimizer steps per iteration
     "gigpo-mini-batches": [
-        (0.0028005423955619335, 0.02000671609762098),
-        (0.00921723898500204, 0.017347758548283007),
-        (0.006416824646294117, 0.01875757570746991),
+        (-0.0010792735265567899, 0.019656412712954614),
+        (-0.0014836823102086782, 0.015060910456978034),
+        (-0.002895649988204241, 0.022673973396642885),
     ],
 }
 OVERRIDES = {

@@ -9,7 +9,7 @@ import torch
 
 from agentrl.rollout.policies import SamplingSpec, chat_prompt_ids
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
-from tests.vllm.conftest import NEEDS_VLLM
+from tests.with_vllm.conftest import NEEDS_VLLM
 
 pytestmark = NEEDS_VLLM
 

@@ -1,5 +1,8 @@
 """The tests that run vLLM for real (marked `vllm`): on CPU through vLLM's CPU build, in CI's own
-environment for it (.ci/run). Without a vLLM build they skip, with the install line as the reason."""
+environment for it (.ci/run). Without a vLLM build they skip, with the install line as the reason.
+
+The folder is not called `vllm`: with pytest's rootdir imports `tests/` is on sys.path, and a folder of that
+name would be found as a namespace package `vllm`, so TRL would take vLLM for installed."""
 
 from __future__ import annotations
 
