@@ -53,6 +53,9 @@ sys.path.insert(0, str(REPO))
 GIB = 1024**3
 MODEL_OPTION = {"0.5b": "qwen2.5-0.5b-instruct", "1.5b": "qwen2.5-1.5b-instruct", "7b": "qwen2.5-7b-instruct"}
 MICRO_BATCH = {"test": 16, "0.5b": 8, "1.5b": 4, "7b": 2}
+# --device cpu: the issue's CPU shape (2 tasks x 2 episodes, 2 pairs of history, 3 turns), small enough for 2 cores
+CPU_DEFAULTS = dict(tasks=2, group_size=2, history=2, max_steps=3, micro_batch_size=2)
+GPU_DEFAULTS = dict(tasks=8, group_size=8, history=8, max_steps=None)
 PARTS = ("generate", "environment", "old_logps", "ref_logps", "forward_backward", "optimizer")
 
 
@@ -70,10 +73,15 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--lora", action="store_true", help="train a LoRA adapter (verl-agent's 7B: rank 64, alpha 64)")
     p.add_argument("--kl-coef", type=float, default=0.01, help="algo.kl_coef (0 drops the reference)")
-    p.add_argument("--tasks", type=int, default=8, help="trainer.tasks_per_iteration")
-    p.add_argument("--group-size", type=int, default=8, help="trainer.group_size")
+    p.add_argument("--tasks", type=int, help="trainer.tasks_per_iteration (default: 8 on cuda, 2 on cpu)")
+    p.add_argument("--group-size", type=int, help="trainer.group_size (default: 8 on cuda, 2 on cpu)")
     p.add_argument("--max-new-tokens", type=int, default=64, help="rollout.max_new_tokens")
-    p.add_argument("--history", type=int, default=8, help="env.history_length (8: ALFWorld-length prompts)")
+    p.add_argument(
+        "--history", type=int, help="env.history_length (default: 8 on cuda, ALFWorld-length prompts; 2 on cpu)"
+    )
+    p.add_argument(
+        "--max-steps", type=int, help="env.max_steps, turns per episode (default: the level's 10 on cuda; 3 on cpu)"
+    )
     p.add_argument("--level", default="default", help="env.level of the household environment")
     p.add_argument(
         "--micro-batch-size",
@@ -91,8 +99,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--save-checkpoint", action="store_true", help="let the iteration write its checkpoint")
     p.add_argument("--json-out", type=Path, help="also write the result to this file")
     args = p.parse_args()
-    if args.micro_batch_size is None:
-        args.micro_batch_size = MICRO_BATCH[args.size]
+    defaults = CPU_DEFAULTS if args.device == "cpu" else {**GPU_DEFAULTS, "micro_batch_size": MICRO_BATCH[args.size]}
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
     return args
 
 
@@ -107,6 +117,7 @@ def instrument(device: str, stats: dict) -> None:
     """Wrap methods of this process (no file is changed) to time each part of the training iteration and
     read the peak GPU memory of each phase; the final held-out evaluation is left out."""
     import torch
+    from accelerate.optimizer import AcceleratedOptimizer
     from transformers.generation.utils import GenerationMixin
 
     from agentrl.envs import workers
@@ -137,7 +148,8 @@ def instrument(device: str, stats: dict) -> None:
     timed(AgentTrainer, "_old_logps", "old_logps", None)
     timed(AgentTrainer, "_reference_logps", "ref_logps", None)
     timed(AgentTrainer, "_accumulate_gradient", "forward_backward", None)
-    timed(AgentTrainer, "_optimizer_step", "optimizer", None)
+    timed(AgentTrainer, "_clipped_grad_norm", "optimizer", None)
+    timed(AcceleratedOptimizer, "step", "optimizer", None)
 
     generate = GenerationMixin.generate
 
@@ -190,7 +202,10 @@ def instrument(device: str, stats: dict) -> None:
     AgentTrainer._rollout = flagged_rollout
     AgentTrainer._add_policy_logps = measured_logps
     AgentTrainer.training_step = measured_step
-    if not stats["save_checkpoint"]:
+    if stats["save_checkpoint"]:
+        stats["checkpoint_s"] = 0.0
+        timed(AgentTrainer, "_save_checkpoint", "checkpoint", None)
+    else:
         AgentTrainer._save_checkpoint = lambda self, model, trial: None
 
 
@@ -204,6 +219,7 @@ def overrides(args, model_dir: Path, run_dir: Path) -> list[str]:
         f"env.level={args.level}",
         "env.prompt_template=alfworld",
         f"env.history_length={args.history}",
+        f"env.max_steps={args.max_steps if args.max_steps is not None else 'null'}",
         f"algo.kl_coef={args.kl_coef}",
         "trainer.iterations=1",
         "trainer.eval_every=0",
@@ -306,6 +322,7 @@ def main() -> None:
         "episodes": args.tasks * args.group_size,
         "max_new_tokens": args.max_new_tokens,
         "history_length": args.history,
+        "max_steps": args.max_steps,
         "micro_batch_size": args.micro_batch_size,
         "mini_batch_size": args.mini_batch_size or None,
         "optimizer_steps": stats.get("optimizer_steps"),
@@ -326,6 +343,7 @@ def main() -> None:
         "generate_tokens_per_s": round(tokens / stats["generate_s"], 1) if stats["generate_s"] else None,
         "ref_model": stats.get("ref_model"),
         "checkpoint": args.save_checkpoint,
+        "checkpoint_s": round(stats["checkpoint_s"], 1) if args.save_checkpoint else None,
         "build_s": round(build_s, 1),
         "train_wall_s": round(wall_s, 1),
         "torch": torch.__version__,
@@ -387,7 +405,9 @@ def print_table(r: dict, command: str) -> None:
         table.add_row(*row)
     console = Console(width=max(Console().width, 110))
     console.print(table)
-    if not r["checkpoint"]:
+    if r["checkpoint"]:
+        console.print(f"checkpoint written in {r['checkpoint_s']:.1f} s (not in the iteration's time)")
+    else:
         console.print("checkpoint: not written (--save-checkpoint writes it); the final evaluation is untimed")
     console.print(f"ran: {command}", soft_wrap=True)
 

@@ -18,6 +18,7 @@ integration"):
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -286,12 +287,12 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         else:
             steps = self._mini_batches(batch) * self.cfg.trainer.epochs  # cut (and counted over ranks) once
         for number, mini in enumerate(steps, start=1):
-            loss, finite = self._accumulate_gradient(model, mini)
-            if self._accept_update(model, finite, f"mini-batch {number} of {len(steps)}"):
-                grad_norms.append(self._optimizer_step(model))
-                losses.append(loss)
-            else:
+            stepped = self._update_on(model, mini, f"mini-batch {number} of {len(steps)}")
+            if stepped is None:
                 skipped += 1
+            else:
+                losses.append(stepped[0])
+                grad_norms.append(stepped[1])
         if self.entropy_reg is not None and steps:
             if skipped:
                 self.entropy_reg.discard_iteration()  # the history keeps whole iterations only
@@ -342,17 +343,29 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         self.accelerator.gradient_state._set_sync_gradients(True)
         return total, finite
 
-    def _optimizer_step(self, model) -> float:
-        """Clip the gradient norm (`trainer.max_grad_norm`), step, clear the gradients: transformers' own
-        sequence. Returns the norm before clipping."""
-        grad_norm = self._clip_grad_norm(model) if self.args.max_grad_norm > 0 else None
-        grad_norm = self._get_grad_norm(model, grad_norm=grad_norm)
+    def _update_on(self, model, mini: dict[str, Any], which: str) -> tuple[torch.Tensor, float] | None:
+        """One optimizer step on one mini-batch: (its loss, the gradient norm before clipping), or None when the
+        step was skipped for a non-finite loss or gradient."""
+        loss, finite = self._accumulate_gradient(model, mini)
+        grad_norm = self._clipped_grad_norm(model)  # every rank, even after a non-finite loss: it is collective
+        # a finite loss can still give a non-finite gradient (a NaN in an attention kernel's backward): stepping on
+        # it would make every weight NaN
+        if not self._accept_update(model, finite and math.isfinite(grad_norm), which):
+            return None
         self.optimizer.step()
         model.zero_grad(set_to_none=True)  # TRL's step after training_step then has nothing to apply
-        return float(grad_norm)
+        return loss, grad_norm
+
+    def _clipped_grad_norm(self, model) -> float:
+        """Clip the gradient norm (`trainer.max_grad_norm`) as transformers does before its step; the norm before
+        clipping (0 where the engine clips inside its own step and reports none: DeepSpeed)."""
+        grad_norm = self._clip_grad_norm(model) if self.args.max_grad_norm > 0 else None
+        grad_norm = self._get_grad_norm(model, grad_norm=grad_norm)
+        return 0.0 if grad_norm is None else float(grad_norm)
 
     def _accept_update(self, model, finite: bool, which: str = "") -> bool:
-        """A non-finite advantage or loss skips the update (no gradient reaches the optimizer); too many in a row stop the run."""
+        """A non-finite advantage, loss or gradient norm skips the update (no gradient reaches the optimizer); too
+        many in a row stop the run."""
         finite = on_every_rank(self.accelerator, finite)  # every rank skips together
         if finite:
             self.nonfinite_in_a_row = 0
@@ -363,13 +376,14 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         self.iteration_metrics["train/skipped_updates"] = float(self.nonfinite_total)
         limit = self.cfg.trainer.max_nonfinite_updates
         print(
-            f"iteration {self.state.global_step + 1}{', ' + which if which else ''}: non-finite loss or advantage; "
+            f"iteration {self.state.global_step + 1}{', ' + which if which else ''}: non-finite loss, advantage or "
+            "gradient; "
             "update skipped "
             f"({self.nonfinite_in_a_row} in a row, limit trainer.max_nonfinite_updates={limit})"
         )
         if self.nonfinite_in_a_row >= limit:
             raise UserError(
-                f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss or advantage "
+                f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss, advantage or gradient "
                 f"(trainer.max_nonfinite_updates={limit}); the run stops with its last checkpoint intact"
             )
         return False
