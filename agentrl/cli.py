@@ -104,15 +104,18 @@ def export(
 
 @app.command(context_settings=_HYDRA_ARGS)
 def config(ctx: typer.Context) -> None:
-    """Print the composed training config for the given overrides.
+    """Print the composed training config for the given overrides, on any machine (a note says what this one
+    lacks to run it: vLLM, CUDA, GPUs).
 
     \b
     agentrl config env=household +algo=grpo
+    agentrl config hardware=slurm                   # prints on a laptop too
     """
     from omegaconf import OmegaConf
     from rich.console import Console
     from rich.syntax import Syntax
 
+    from agentrl.checks import host_problem
     from agentrl.errors import UserError
     from agentrl.launch import parse_args, preflight
 
@@ -125,6 +128,9 @@ def config(ctx: typer.Context) -> None:
             )
         cfg = preflight("train", command.overrides)
         Console().print(Syntax(OmegaConf.to_yaml(cfg), "yaml", theme="ansi_dark", background_color="default"))
+        lacking = host_problem(cfg)
+        if lacking:
+            typer.echo(f"note: this config composes, but would not run on this machine: {lacking}", err=True)
 
 
 @app.command()

@@ -1,12 +1,17 @@
 """The structured config schema: every key agentrl reads, with its type and default.
 
 The dataclasses are registered in Hydra's ConfigStore, so an unknown key or a
-value of the wrong type fails at composition time. Semantic checks that types
-cannot express (a group size of 1 with a group-based estimator, a setting that
-cannot apply) live in ``agentrl/checks.py``.
+value of the wrong type fails at composition time. Every number and string states
+its valid values beside it (``valid(...)``: a range or the allowed strings), and
+one checker applies them all (``agentrl/checks.py: check_fields``). Rules between
+fields (a group size of 1 with a group-based estimator, heads that must divide the
+hidden size, a setting that cannot apply) live in ``agentrl/checks.py`` too.
 
 Defaults follow the papers and reference code (docs/algorithms.md); the embedded
 tiny-model recipe overrides a few of them in ``conf/model/tiny.yaml``.
+
+Over 400 lines: the schema stays one module, so that every key with its type, default,
+valid values and meaning reads in one place (the README points here for all of them).
 """
 
 from __future__ import annotations
@@ -15,7 +20,11 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from annotated_types import Ge, Gt, Interval, MinLen
 from omegaconf import MISSING
+
+from agentrl.envs.household import LEVELS as HOUSEHOLD_LEVELS
+from agentrl.rollout.prompts import TEMPLATES
 
 
 class Norm(str, Enum):
@@ -112,6 +121,25 @@ class PolicyKind(str, Enum):
     random = "random"
 
 
+# --------------------------------------------------------------------------- what a value may be
+
+SEED = Interval(ge=0, lt=2**31)  # numpy's seeds end at 2**32; ranks add their index to some seeds
+PORT = Interval(ge=1, le=65535)
+SHARE = Interval(ge=0, le=1)
+
+
+def valid(*rules: Any, hint: str = "") -> dict[str, Any]:
+    """A field's valid values, stated beside it (``field(default=..., metadata=valid(Ge(1)))``): annotated_types
+    constraints that pydantic applies (``Ge``, ``Gt``, ``Interval``, ``MinLen``), or one tuple of the allowed
+    strings. null passes where the type is optional, and a float must be finite. One checker applies them all:
+    ``agentrl/checks.py: check_fields``; rules between fields are ``check_cross_fields`` there."""
+    return {"valid": rules, "hint": hint}
+
+
+def _f(default: Any, *rules: Any, hint: str = "") -> Any:
+    return field(default=default, metadata=valid(*rules, hint=hint))
+
+
 # --------------------------------------------------------------------------- environments
 
 
@@ -119,52 +147,58 @@ class PolicyKind(str, Enum):
 class EnvConfig:
     """Keys every environment has; each environment's schema extends it."""
 
-    name: str = MISSING
-    history_length: int = 2  # last H observation/action pairs in the prompt (reference: 2)
-    prompt_template: str = "alfworld"  # alfworld | compact (see agentrl/rollout/prompts.py)
-    max_steps: int | None = None  # None: the environment's own default
-    num_workers: int = 0  # environment worker processes; 0 runs them in the trainer's process
-    step_timeout_s: float = 60.0  # a reset or step slower than this ends its episode as failed (worker replaced)
-    fault_rate: float = (
-        0.0  # probability that an episode's environment raises, at its reset or a step (fault injection for tests)
-    )
-    max_fault_share: float = 0.5  # an iteration whose share of faulted episodes is above this stops the run
+    name: str = field(default=MISSING, metadata=valid(MinLen(1)))
+    history_length: int = _f(2, Ge(0))  # last H observation/action pairs in the prompt (reference: 2)
+    prompt_template: str = _f("alfworld", TEMPLATES)  # see agentrl/rollout/prompts.py
+    max_steps: int | None = _f(None, Ge(1))  # None: the environment's own default
+    num_workers: int = _f(0, Ge(0))  # environment worker processes; 0 runs them in the trainer's process
+    step_timeout_s: float = _f(60.0, Gt(0))  # a reset or step slower than this ends its episode as failed
+    # probability that an episode's environment raises, at its reset or a step (fault injection for tests)
+    fault_rate: float = _f(0.0, Interval(ge=0, lt=1))
+    # an iteration whose share of faulted episodes is above this stops the run
+    max_fault_share: float = _f(0.5, Interval(gt=0, le=1))
 
 
 @dataclass
 class HouseholdEnvConfig(EnvConfig):
-    name: str = "household"
-    level: str = "default"  # easy | default | medium | multistep | long (see agentrl/envs/household.py)
+    name: str = _f("household", MinLen(1))
+    level: str = _f("default", tuple(HOUSEHOLD_LEVELS))  # see agentrl/envs/household.py
 
 
 @dataclass
 class AlfworldEnvConfig(EnvConfig):
-    name: str = "alfworld"
-    max_steps: int | None = 50  # reference: 50
-    data_dir: str | None = None  # a download laid out as json_2.1.1/...; None: $ALFWORLD_DATA, else generated games
-    generated_per_type: int = 10  # synthetic games per task type and split, when there is no download
-    generation_seed: int = 0
+    name: str = _f("alfworld", MinLen(1))
+    max_steps: int | None = _f(50, Ge(1))  # reference: 50
+    # a download laid out as json_2.1.1/...; None: $ALFWORLD_DATA, else generated games
+    data_dir: str | None = _f(None, MinLen(1))
+    generated_per_type: int = _f(10, Ge(1))  # synthetic games per task type and split, when there is no download
+    generation_seed: int = _f(0, SEED)
 
 
 # --------------------------------------------------------------------------- models
 
+TINY_MAX = 65536  # the tiny model is built on this machine's CPU: no dimension beyond this
+
 
 @dataclass
 class TinyModelConfig:
-    """How the embedded tiny model is built; its cache key is every field here plus the env."""
+    """How the embedded tiny model is built; its cache key is every field here plus the env. The dimensions
+    must fit together (checks.py: heads divide the hidden size into an even head dimension, and so on)."""
 
-    hidden_size: int = 64
-    intermediate_size: int = 128  # MLP width; the update's cost is mostly here
-    num_layers: int = 2
-    num_heads: int = 2
-    num_kv_heads: int | None = None  # None: num_heads (plain multi-head attention); fewer: grouped-query
-    vocab_size: int = 1024
-    warmup_steps: int = 1500  # supervised steps on random admissible actions (0: no warm-up)
-    demo_turns: int = 4000  # turns of random admissible play that the tokenizer and the warm-up learn from
-    warmup_batch_size: int = 32
-    warmup_lr: float = 3e-3
-    cache_dir: str | None = None  # default: $AGENTRL_CACHE or ~/.cache/agentrl
-    seed: int = 0
+    hidden_size: int = _f(64, Interval(ge=2, le=TINY_MAX))
+    intermediate_size: int = _f(128, Interval(ge=1, le=TINY_MAX))  # MLP width; the update's cost is mostly here
+    num_layers: int = _f(2, Interval(ge=1, le=256))
+    num_heads: int = _f(2, Interval(ge=1, le=TINY_MAX))
+    # None: num_heads (plain multi-head attention); fewer: grouped-query
+    num_kv_heads: int | None = _f(None, Interval(ge=1, le=TINY_MAX))
+    # the tokenizer's vocabulary: its byte alphabet and special tokens need about 300 entries
+    vocab_size: int = _f(1024, Interval(ge=300, le=1_000_000))
+    warmup_steps: int = _f(1500, Ge(0))  # supervised steps on random admissible actions (0: no warm-up)
+    demo_turns: int = _f(4000, Ge(1))  # turns of random admissible play that the tokenizer and the warm-up learn from
+    warmup_batch_size: int = _f(32, Ge(1))
+    warmup_lr: float = _f(3e-3, Gt(0))
+    cache_dir: str | None = _f(None, MinLen(1))  # default: $AGENTRL_CACHE or ~/.cache/agentrl
+    seed: int = _f(0, SEED)
 
 
 @dataclass
@@ -172,20 +206,21 @@ class LoraConfig:
     """Train a PEFT LoRA adapter instead of every weight; the KL reference is the base model (adapter off)."""
 
     enabled: bool = False
-    rank: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
+    rank: int = _f(16, Ge(1))
+    alpha: int = _f(32, Gt(0))
+    dropout: float = _f(0.05, Interval(ge=0, lt=1))
     target_modules: list[str] = field(
-        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+        metadata=valid(MinLen(1)),
     )
     merge_on_save: bool = False  # also write a merged full model next to each checkpoint's adapter
 
 
 @dataclass
 class ModelConfig:
-    name: str = MISSING
-    hub_id: str | None = None  # Hugging Face hub id
-    path: str | None = None  # a local copy; wins over hub_id
+    name: str = field(default=MISSING, metadata=valid(MinLen(1)))
+    hub_id: str | None = _f(None, MinLen(1))  # Hugging Face hub id
+    path: str | None = _f(None, MinLen(1))  # a local copy; wins over hub_id
     tiny: TinyModelConfig | None = None  # set only by model=tiny
     lora: LoraConfig = field(default_factory=LoraConfig)
 
@@ -197,10 +232,11 @@ class ModelConfig:
 class GigpoConfig:
     """GiGPO's step level (arXiv 2505.10978); read only with algo.estimator=gigpo."""
 
-    gamma: float = 0.95  # discount of the step returns
-    step_weight: float = 1.0  # omega: A = A_episode + omega * A_step
+    gamma: float = _f(0.95, SHARE)  # discount of the step returns
+    step_weight: float = _f(1.0, Ge(0))  # omega: A = A_episode + omega * A_step
     anchor: AnchorKind = AnchorKind.state
-    similarity: float | None = None  # (0, 1): group observation texts by difflib ratio instead of equality
+    # group observation texts by difflib ratio instead of equality (needs anchor=observation)
+    similarity: float | None = _f(None, Interval(gt=0, lt=1))
 
 
 @dataclass
@@ -208,14 +244,14 @@ class ReplayConfig:
     """ARPO's per-task replay of successful episodes (arXiv 2505.16282)."""
 
     enabled: bool = False
-    capacity: int = 8  # successful episodes kept per task (FIFO)
-    max_return: float = 10.0  # the environment's best episode return; scores are returns / max_return
-    success_threshold: float = 0.1  # an episode is stored when its score is above this
-    fail_std: float = 0.05  # a group is "all-fail" when its scores' population std is below this...
-    fail_mean: float = 0.2  # ...and their mean is below this
+    capacity: int = _f(8, Ge(1))  # successful episodes kept per task (FIFO)
+    max_return: float = _f(10.0, Gt(0))  # the environment's best episode return; scores are returns / max_return
+    success_threshold: float = _f(0.1, SHARE)  # an episode is stored when its score is above this
+    fail_std: float = _f(0.05, Ge(0))  # a group is "all-fail" when its scores' population std is below this...
+    fail_mean: float = _f(0.2, SHARE)  # ...and their mean is below this
     importance_correction: bool = False  # PPO ratio against the stored behaviour log-probs (reference: off)
-    filter_trials: int = 0  # K > 0: train only on tasks the base policy solves at least once in K tries
-    filter_candidates: int = 64  # training tasks tried by the filter (procedural splits have no fixed size)
+    filter_trials: int = _f(0, Ge(0))  # K > 0: train only on tasks the base policy solves at least once in K tries
+    filter_candidates: int = _f(64, Ge(1))  # training tasks tried by the filter (procedural splits have no fixed size)
 
 
 @dataclass
@@ -223,12 +259,13 @@ class EntropyConfig:
     """Entropy regularisation: none, a plain bonus, or EPO smoothing (arXiv 2509.22576, v2)."""
 
     mode: EntropyMode = EntropyMode.none
-    coef: float = 1e-3  # lambda (EPO) or the bonus coefficient (reference yaml: 0.001)
+    coef: float = _f(1e-3, Ge(0))  # lambda (EPO) or the bonus coefficient (reference yaml: 0.001)
     aggregation: EntropyAggregation = EntropyAggregation.trajectory
-    alpha: float = 0.1  # EPO: weight of the smoothing penalty (ALFWorld 0.1, ScienceWorld 0.05)
-    kappa_low: float = 0.0  # EPO: band [kappa_low, kappa_high] * H-bar outside which entropy is penalised
-    kappa_high: float = 2.0
-    gamma_beta: float = 3.0  # EPO: beta_k = 1 + exp(-gamma_beta * k / floor(K/2))
+    alpha: float = _f(0.1, Ge(0))  # EPO: weight of the smoothing penalty (ALFWorld 0.1, ScienceWorld 0.05)
+    # EPO: band [kappa_low, kappa_high] * H-bar outside which entropy is penalised (kappa_low <= kappa_high)
+    kappa_low: float = _f(0.0, Ge(0))
+    kappa_high: float = _f(2.0, Ge(0))
+    gamma_beta: float = _f(3.0, Ge(0))  # EPO: beta_k = 1 + exp(-gamma_beta * k / floor(K/2))
 
 
 @dataclass
@@ -238,15 +275,17 @@ class AlgoConfig:
     estimator: Estimator = Estimator.grpo
     norm: Norm = Norm.std  # reference norm_adv_by_std_in_grpo=True
     episode_stats: EpisodeStats = EpisodeStats.rows
-    invalid_penalty: float = 0.1  # c: cost of a reply with no parsable action
+    invalid_penalty: float = _f(0.1, Ge(0))  # c: cost of a reply with no parsable action
     gigpo: GigpoConfig = field(default_factory=GigpoConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     entropy: EntropyConfig = field(default_factory=EntropyConfig)
-    clip_epsilon: float = 0.2  # PPO clip
-    clip_epsilon_high: float | None = None  # clip-higher (DAPO); None: symmetric
-    kl_coef: float = 0.01  # beta of the low-variance KL to the reference policy; 0 disables it
-    kl_clamp: float | None = 10.0  # the per-token KL estimate is clamped to [-kl_clamp, kl_clamp] (verl); None: off
-    dual_clip: float | None = 3.0  # dual-clip PPO's c > 1 (verl clip_ratio_c): for A < 0 the loss is at most -c*A
+    clip_epsilon: float = _f(0.2, Interval(gt=0, lt=1))  # PPO clip
+    clip_epsilon_high: float | None = _f(None, Gt(0))  # clip-higher (DAPO); None: symmetric
+    kl_coef: float = _f(0.01, Ge(0))  # beta of the low-variance KL to the reference policy; 0 disables it
+    # the per-token KL estimate is clamped to [-kl_clamp, kl_clamp] (verl); None: off
+    kl_clamp: float | None = _f(10.0, Gt(0))
+    # dual-clip PPO's c > 1 (verl clip_ratio_c): for A < 0 the loss is at most -c*A; None: off
+    dual_clip: float | None = _f(3.0, Gt(1), hint="dual-clip PPO's c")
     loss_aggregation: LossAggregation = LossAggregation.token_mean
 
 
@@ -255,22 +294,26 @@ class AlgoConfig:
 
 @dataclass
 class HardwareConfig:
-    """Where and how training runs. A hardware/ profile also picks rollout.backend."""
+    """Where and how training runs. A hardware/ profile also picks rollout.backend. What this machine has (CUDA,
+    GPUs, vLLM) is checked when a run starts, not when the config is composed (checks.py: check_host)."""
 
     device: Device = Device.cpu
     precision: Precision = Precision.fp32
-    num_processes: int = 1  # training ranks on this machine; > 1: agentrl starts them through accelerate
+    # training ranks on this machine; > 1: agentrl starts them through accelerate
+    num_processes: int = _f(1, Ge(1))
     strategy: Strategy = Strategy.ddp  # with several processes: ddp, DeepSpeed ZeRO-2/3 or FSDP
-    accelerate_config: str | None = None  # an accelerate config file; None: conf/accelerate/<strategy>.yaml
-    main_process_port: int | None = None  # rendezvous port; None: a free one
+    accelerate_config: str | None = _f(
+        None, MinLen(1)
+    )  # an accelerate config file; None: conf/accelerate/<strategy>.yaml
+    main_process_port: int | None = _f(None, PORT)  # rendezvous port; None: a free one
 
 
 @dataclass
 class LoggerConfig:
     wandb_mode: WandbMode = WandbMode.offline  # online needs WANDB_API_KEY
-    project: str = "agentrl"
-    entity: str | None = None
-    group: str | None = None  # None: a multirun's jobs share the sweep folder's name
+    project: str = _f("agentrl", MinLen(1))
+    entity: str | None = _f(None, MinLen(1))
+    group: str | None = _f(None, MinLen(1))  # None: a multirun's jobs share the sweep folder's name
     progress: bool = True  # the rich progress bar
 
 
@@ -281,59 +324,66 @@ class VllmConfig:
     mode: VllmMode = VllmMode.colocate
     # colocate: share of each GPU's memory vLLM may take; on vLLM's CPU build, share of the host memory node
     # the whole process may hold, trainer included (docs/vllm.md)
-    gpu_memory_utilization: float = 0.3
-    tensor_parallel_size: int = 1  # colocate: GPUs one vLLM engine spans
+    gpu_memory_utilization: float = _f(0.3, Interval(gt=0, le=1))
+    tensor_parallel_size: int = _f(1, Ge(1))  # colocate: GPUs one vLLM engine spans
     enable_sleep_mode: bool = False  # colocate: free vLLM's memory during the update
-    max_model_length: int | None = None  # colocate: context length; None: the model's
-    server_host: str = "0.0.0.0"  # server: where `trl vllm-serve` listens
-    server_port: int = 8000
-    server_timeout: float = 240.0  # server: seconds to wait for it to come up
+    max_model_length: int | None = _f(None, Ge(1))  # colocate: context length; None: the model's
+    server_host: str = _f("0.0.0.0", MinLen(1))  # server: where `trl vllm-serve` listens
+    server_port: int = _f(8000, PORT)
+    server_timeout: float = _f(240.0, Gt(0))  # server: seconds to wait for it to come up
     importance_sampling_correction: bool = True  # correct for vLLM/trainer log-prob mismatch (TRL)
-    importance_sampling_mode: str = "sequence_mask"  # token_truncate | token_mask | sequence_truncate | sequence_mask
-    importance_sampling_clip_max: float = 3.0
+    importance_sampling_mode: str = _f("sequence_mask", IMPORTANCE_SAMPLING_MODES)
+    importance_sampling_clip_max: float = _f(3.0, Gt(0))
 
 
 @dataclass
 class RolloutConfig:
     backend: Backend = Backend.hf  # set by the hardware/ profile; hf is the only one on CPU
     vllm: VllmConfig = field(default_factory=VllmConfig)
-    temperature: float = 1.0  # reference rollout temperature
-    top_p: float = 1.0
-    max_new_tokens: int = 128
-    max_prompt_tokens: int = 2048  # longer prompts keep their end (the current observation)
+    temperature: float = _f(1.0, Gt(0), hint="use eval.greedy=true for greedy decoding")  # reference temperature
+    top_p: float = _f(1.0, Interval(gt=0, le=1))
+    max_new_tokens: int = _f(128, Ge(1))
+    max_prompt_tokens: int = _f(2048, Ge(1))  # longer prompts keep their end (the current observation)
 
 
 @dataclass
 class TrainerConfig:
-    iterations: int = 200
-    tasks_per_iteration: int = 16  # B groups per iteration
-    group_size: int = 8  # N episodes per task
-    task_pool: int | None = (
-        None  # train on a fixed pool of this many tasks (ARPO needs tasks to recur); None: the whole split
-    )
-    learning_rate: float = 1e-6
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    micro_batch_size: int = 64  # rows per forward/backward pass (memory only: the loss does not depend on it)
-    mini_batch_size: int | None = None  # rows per optimizer step over all ranks (verl ppo_mini_batch_size); None: all
-    epochs: int = 1  # passes over each iteration's rows (verl ppo_epochs); one optimizer step per mini-batch and pass
-    save_every: int = 50  # iterations between checkpoints; the last iteration always saves
-    eval_every: int = 25  # iterations between held-out evaluations; 0 disables; the end always evaluates
-    keep_last: int = 3  # checkpoints kept on disk
-    resume: str | None = None  # "auto": this run folder's newest complete checkpoint; or a checkpoint/run folder
-    max_nonfinite_updates: int = (
-        3  # consecutive updates with a non-finite loss or advantage that are skipped before the run stops
-    )
+    iterations: int = _f(200, Ge(1))
+    tasks_per_iteration: int = _f(16, Ge(1))  # B groups per iteration
+    group_size: int = _f(8, Ge(1))  # N episodes per task (2 or more for the group-based estimators)
+    # train on a fixed pool of this many tasks (ARPO needs tasks to recur); None: the whole split
+    task_pool: int | None = _f(None, Ge(1))
+    learning_rate: float = _f(1e-6, Gt(0))
+    weight_decay: float = _f(0.0, Ge(0))
+    max_grad_norm: float = _f(1.0, Ge(0))  # 0: no clipping
+    micro_batch_size: int = _f(
+        64, Ge(1)
+    )  # rows per forward/backward pass (memory only: the loss does not depend on it)
+    # rows per optimizer step over all ranks (verl ppo_mini_batch_size), a multiple of the ranks; None: all
+    mini_batch_size: int | None = _f(None, Ge(1))
+    epochs: int = _f(
+        1, Ge(1)
+    )  # passes over each iteration's rows (verl ppo_epochs); one optimizer step per mini-batch and pass
+    save_every: int = _f(
+        50, Ge(1)
+    )  # iterations between checkpoints; the last iteration (and a stop on a signal) always saves
+    eval_every: int = _f(25, Ge(0))  # iterations between held-out evaluations; 0 disables; the end always evaluates
+    keep_last: int = _f(3, Ge(1))  # checkpoints kept on disk
+    resume: str | None = _f(
+        None, MinLen(1)
+    )  # "auto": this run folder's newest complete checkpoint; or a checkpoint/run folder
+    # consecutive updates with a non-finite loss or advantage that are skipped before the run stops
+    max_nonfinite_updates: int = _f(3, Ge(1))
 
 
 @dataclass
 class EvalConfig:
-    split: str | None = None  # None: the environment's held-out split
-    num_tasks: int = 50
-    episodes_per_task: int = 1  # k of pass@k
-    temperature: float = 0.4  # reference eval temperature
+    split: str | None = _f(None, MinLen(1))  # None: the environment's held-out split
+    num_tasks: int = _f(50, Ge(1))
+    episodes_per_task: int = _f(1, Ge(1))  # k of pass@k
+    temperature: float = _f(0.4, Gt(0), hint="use eval.greedy=true for greedy decoding")  # reference eval temperature
     greedy: bool = False
-    seed: int = 1234
+    seed: int = _f(1234, SEED)
 
 
 @dataclass
@@ -346,21 +396,21 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = 0
+    seed: int = _f(0, SEED)
 
 
 @dataclass
 class EvalRunConfig:
     """`agentrl eval`: a checkpoint (or a baseline policy) on a split of an environment."""
 
-    checkpoint: str | None = None  # a checkpoint folder or a run folder (its last checkpoint)
+    checkpoint: str | None = _f(None, MinLen(1))  # a checkpoint folder or a run folder (its last checkpoint)
     policy: PolicyKind = PolicyKind.checkpoint
     env: Any = MISSING
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    output: str | None = None  # default: <checkpoint>/eval-<split> or the Hydra run folder
-    seed: int = 0
+    output: str | None = _f(None, MinLen(1))  # default: <checkpoint>/eval-<split> or the Hydra run folder
+    seed: int = _f(0, SEED)
 
 
 def register_configs() -> None:

@@ -17,6 +17,18 @@ class UserError(Exception):
     exit_code = 2
 
 
+class Stopped(BaseException):
+    """A run stopped on a signal (SIGINT, SIGTERM) after writing its checkpoint: one line, which says where it
+    stopped and how to resume, and the signal's conventional exit code (128 + the signal number).
+
+    A BaseException, like KeyboardInterrupt: Hydra's job runner records an Exception as a failed job and goes on
+    with the next one; a stop must end the whole command."""
+
+    def __init__(self, message: str, exit_code: int):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def debug_enabled() -> bool:
     return os.environ.get("AGENTRL_DEBUG", "") not in ("", "0")
 
@@ -30,13 +42,16 @@ def fail(message: str, exit_code: int = 2) -> None:
 
 @contextmanager
 def user_errors():
-    """Turn UserError into a one-line exit (full traceback with AGENTRL_DEBUG=1)."""
+    """Turn UserError into a one-line exit (full traceback with AGENTRL_DEBUG=1), and a stop into its line and code."""
     try:
         yield
     except UserError as err:
         if debug_enabled():
             raise
         fail(str(err), err.exit_code)
+    except Stopped as stop:
+        print(str(stop), file=sys.stderr, flush=True)
+        raise SystemExit(stop.exit_code) from None
 
 
 def first_line(message: object) -> str:

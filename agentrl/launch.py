@@ -14,17 +14,14 @@ from __future__ import annotations
 import argparse
 import copy
 import difflib
-import json
-import math
 import os
 import sys
-import traceback
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from agentrl.errors import UserError, debug_enabled, fail, first_line
+from agentrl.errors import UserError, fail, first_line
 from agentrl.hydra_paths import config_dir
 
 # Groups kept out of the defaults list so that `+group=x` works; `group=x` is accepted too.
@@ -153,7 +150,6 @@ def _check_values(config_name: str, parser, parsed: list, composed: Any = None) 
     """Check the job config (`composed`, with Hydra's node, when already composed), then every other value of
     every sweep. A group's value (`env=a,b`) changes what is composed, so it gets its own compose; any other
     value is applied to a copy of the job config by Hydra's own function, for a hundredth of the cost."""
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
@@ -172,17 +168,27 @@ def _check_values(config_name: str, parser, parsed: list, composed: Any = None) 
             if is_group:
                 variant = _compose(config_name, base[:position] + [line] + base[position + 1 :])
             else:
-                variant = copy.deepcopy(job)
-                try:
-                    ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides([line]), variant)
-                except Exception as err:
-                    raise UserError(_explain(err, config_name, [line])) from None
+                variant = with_override(config_name, parser, job, line)
             check_config(variant)
     return job
 
 
+def with_override(config_name: str, parser, job: Any, line: str) -> Any:
+    """A copy of a composed job config with one value override applied by Hydra's own function (what a sweep's
+    other values get); an error becomes one UserError."""
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    variant = copy.deepcopy(job)
+    try:
+        ConfigLoaderImpl._apply_overrides_to_config(parser.parse_overrides([line]), variant)
+    except Exception as err:
+        raise UserError(_explain(err, config_name, [line])) from None
+    return variant
+
+
 def check_output_folder(cfg, multirun: bool) -> None:
-    """Hydra makes the run (or sweep) folder before any job runs; fail first, in one line, where it cannot."""
+    """Hydra makes the run (or sweep) folder before any job runs; make it here first, so that whatever stands in
+    the way (a file, a parent that cannot exist, a read-only place, no permission) is one line, not a traceback."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         folder = Path(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)
@@ -193,8 +199,14 @@ def check_output_folder(cfg, multirun: bool) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise UserError(f"the output folder {folder} cannot be made: {existing} is a file (set {key})")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"the output folder {folder} cannot be written: {existing} is not writable (set {key})")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".agentrl-write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise UserError(f"the output folder {folder} cannot be made or written: {why} (set {key})") from None
 
 
 # --------------------------------------------------------------------------- errors in one line
@@ -286,62 +298,6 @@ def _unset_parent(config_name: str, lines: list[str]) -> str | None:
 # --------------------------------------------------------------------------- the Hydra entry point
 
 
-@dataclass
-class _Jobs:
-    """The job function Hydra runs for one `run_hydra` call, and what it recorded.
-
-    In a multirun a failed job is recorded (FAILED.json in its folder) and returns None, so that the sweep
-    goes on: Optuna's sweeper records a trial whose value is not a number as failed. NaN would not do: with
-    optuna 2.x (which every hydra-optuna-sweeper release requires) `study.tell` raises on NaN, the sweeper's
-    recovery raises in turn, and the whole search ends. So a NaN objective is handed on as None too."""
-
-    entry: Callable
-    full_error_set: bool  # run_hydra set HYDRA_FULL_ERROR for the sweeper; jobs and their children must not see it
-    count: int = 0
-    failed: list[str] = field(default_factory=list)
-
-    def run(self, cfg):
-        from hydra.core.hydra_config import HydraConfig
-        from hydra.types import RunMode
-
-        from agentrl.checks import check_config
-
-        hc = HydraConfig.get()
-        multirun = hc.mode == RunMode.MULTIRUN
-        self.count += 1
-        if self.full_error_set:
-            os.environ.pop("HYDRA_FULL_ERROR", None)
-        try:
-            check_config(cfg)
-            result = self.entry(cfg)
-            if multirun and isinstance(result, float) and math.isnan(result):
-                print(f"warning: job {hc.job.num} has no objective (NaN); recorded as a failed trial", file=sys.stderr)
-                return None
-            return result
-        except Exception as err:  # UserError included: in a multirun every failure is recorded
-            if not multirun:
-                if isinstance(err, UserError) and not debug_enabled():
-                    fail(str(err), err.exit_code)
-                raise
-            self._record(hc, err)
-            return None
-        finally:
-            if self.full_error_set:
-                os.environ["HYDRA_FULL_ERROR"] = "1"
-
-    def _record(self, hc, err: Exception) -> None:
-        job_dir, message = Path(hc.runtime.output_dir), first_line(err)
-        failed = {"error": message, "type": type(err).__name__, "overrides": list(hc.overrides.task)}
-        (job_dir / "FAILED.json").write_text(json.dumps({**failed, "traceback": traceback.format_exc()}, indent=2))
-        self.failed.append(f"{job_dir}: {message}")
-        print(f"error: job {hc.job.num} ({' '.join(hc.overrides.task)}) failed: {message}", file=sys.stderr)
-
-    def summary(self) -> str:
-        if len(self.failed) >= self.count:
-            return f"all {len(self.failed)} job(s) failed; first: {self.failed[0]}"
-        return f"{len(self.failed)} job(s) failed, the others finished; first: {self.failed[0]}"
-
-
 def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     """Run `entry(cfg)` under Hydra's own main, as if `args` were typed after the command; before any job,
     every override is checked (preflight) and the output folder too."""
@@ -349,30 +305,49 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     from hydra.errors import CompactHydraException
 
     from agentrl.config import register_configs
+    from agentrl.jobs import Jobs, failed_under, launcher_failure
 
     register_configs()
     command = parse_args(args)
     if command.runs_job:
-        preflight(command.parsed.config_name or config_name, command.overrides, command.parsed.multirun, True)
+        make_folder = not command.parsed.cfg  # --cfg prints the config; Hydra makes no folder for it
+        preflight(command.parsed.config_name or config_name, command.overrides, command.parsed.multirun, make_folder)
 
     # In a multirun, let a sweeper's own error reach us instead of Hydra's printout: Optuna's sweeper, for one,
     # raises when every trial failed (no best trial), which is better said in one line with the jobs' errors.
     full_error = command.parsed.multirun and "HYDRA_FULL_ERROR" not in os.environ
-    jobs = _Jobs(entry, full_error_set=full_error)
+    jobs = Jobs(entry, full_error_set=full_error)
     saved_argv = sys.argv
     sys.argv = [f"agentrl {config_name}", *command.flags, *command.overrides]
     if full_error:
         os.environ["HYDRA_FULL_ERROR"] = "1"
+    started = time.time()
     try:
         main = hydra.main(config_path=str(config_dir()), config_name=config_name, version_base="1.3")
         main(jobs.run)()
     except Exception as err:
-        if command.parsed.multirun and (jobs.failed or isinstance(err, CompactHydraException)):
-            fail(jobs.summary() if jobs.failed else first_line(str(err)), 1)
+        if command.parsed.multirun:
+            jobs.failed += failed_under(_sweep_dir(), started, known=jobs.failed)
+            if jobs.failed or isinstance(err, CompactHydraException):
+                fail(jobs.summary() if jobs.failed else first_line(str(err)), 1)
+            if (line := launcher_failure(err)) is not None:  # a job that died under submitit's launcher
+                fail(line, 1)
         raise
     finally:
         sys.argv = saved_argv
         if full_error:
             os.environ.pop("HYDRA_FULL_ERROR", None)
+    if command.parsed.multirun:  # jobs that a launcher ran in other processes recorded their failures on disk
+        jobs.failed += failed_under(_sweep_dir(), started, known=jobs.failed)
     if jobs.failed:
         fail(jobs.summary(), 1)
+
+
+def _sweep_dir() -> Path | None:
+    """The sweep folder of the multirun that just ran (Hydra keeps its config after the run)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    try:
+        return Path(HydraConfig.get().sweep.dir)
+    except Exception:
+        return None

@@ -52,7 +52,8 @@ def test_slurm_profile_submits_through_submitit(hydra_conf):
     )
     cfg = compose(config_name="train", overrides=["hardware=slurm"], return_hydra_config=True)
     launcher = cfg.hydra.launcher
-    assert launcher._target_ == "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher"
+    assert launcher._target_ == "agentrl.requeue.SlurmLauncher"  # submitit's, requeued jobs resume
+    assert launcher.max_num_timeout > 0  # submitit requeues a timed-out job only up to this many times
     assert launcher.gpus_per_node == 8 and launcher.tasks_per_node == 1 and launcher.nodes == 1
     four = compose(
         config_name="train", overrides=["hardware=slurm", "hardware.num_processes=4"], return_hydra_config=True
@@ -112,18 +113,11 @@ SEMANTIC_ERRORS = {
         "has no effect with rollout.backend=hf",
     ),
     "lora keys with lora off": (["model.lora.rank=8"], "has no effect while model.lora.enabled=false"),
-    "vllm backend without vllm": (["hardware=gpu", "rollout.backend=vllm"], "pip install 'agentrl[vllm]'"),
 }
-
-
-def _skip_if_vllm(case: str) -> None:
-    if case == "vllm backend without vllm" and VLLM_INSTALLED:
-        pytest.skip("vLLM is installed here, so the missing-vLLM message cannot show")
 
 
 @pytest.mark.parametrize("case", list(SEMANTIC_ERRORS))
 def test_semantic_errors_from_check_config(hydra_conf, case):
-    _skip_if_vllm(case)
     overrides, expected = SEMANTIC_ERRORS[case]
     cfg = compose(config_name="train", overrides=overrides)
     with pytest.raises(UserError) as err:
@@ -133,13 +127,62 @@ def test_semantic_errors_from_check_config(hydra_conf, case):
 
 @pytest.mark.parametrize("case", list(SEMANTIC_ERRORS))
 def test_semantic_errors_end_the_command_in_one_line(case, run_cli):
-    _skip_if_vllm(case)
     overrides, expected = SEMANTIC_ERRORS[case]
     result = run_cli("train", *overrides, timeout=300)
     lines = [line for line in result.stderr.splitlines() if line.strip()]
     assert result.returncode == 2, result.stderr[-2000:]
     assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
     assert "Traceback" not in result.stdout + result.stderr
+
+
+# --------------------------------------------------------------------------- what this machine lacks: only at run time
+
+HOST_ERRORS = {
+    "vllm backend without vllm": (["rollout.backend=vllm"], "pip install 'agentrl[vllm]'"),
+    "cuda without a GPU": (["hardware=gpu"], "hardware.device=cuda needs a CUDA GPU"),
+    "slurm profile on a machine without GPUs": (["hardware=slurm"], "needs a CUDA GPU"),
+}
+
+
+def _skip_if_the_host_has_it(case: str) -> None:
+    import torch
+
+    if case.startswith("vllm") and VLLM_INSTALLED:
+        pytest.skip("vLLM is installed here, so the missing-vLLM message cannot show")
+    if "GPU" in case and torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA GPU")
+
+
+@pytest.mark.parametrize("case", list(HOST_ERRORS))
+def test_host_checks_are_not_config_checks(hydra_conf, case):
+    """A config that needs what this machine lacks composes and passes check_config; check_host refuses it."""
+    from agentrl.checks import check_host
+
+    _skip_if_the_host_has_it(case)
+    overrides, expected = HOST_ERRORS[case]
+    cfg = compose(config_name="train", overrides=overrides)
+    check_config(cfg)
+    with pytest.raises(UserError) as err:
+        check_host(cfg)
+    assert expected in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("case", list(HOST_ERRORS))
+def test_config_prints_on_any_machine_and_a_run_refuses_in_one_line(case, run_cli):
+    _skip_if_the_host_has_it(case)
+    overrides, expected = HOST_ERRORS[case]
+    shown = run_cli("config", *overrides, timeout=300)
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    assert "hardware:" in shown.stdout and "trainer:" in shown.stdout
+    notes = [line for line in shown.stderr.splitlines() if line.strip()]
+    assert len(notes) == 1 and notes[0].startswith("note: ") and expected in notes[0], notes
+    printed = run_cli("train", *overrides, "--cfg", "job", timeout=300)
+    assert printed.returncode == 0 and "hardware:" in printed.stdout, printed.stderr[-2000:]
+    if "slurm" in case:
+        return  # without -m the slurm profile runs here, as multi_gpu would: the case above covers it
+    refused = run_cli("train", *overrides, "logger=none", timeout=300)
+    lines = [line for line in refused.stderr.splitlines() if line.strip()]
+    assert refused.returncode == 2 and lines == [lines[0]] and lines[0].startswith("error: ") and expected in lines[0]
 
 
 @pytest.mark.parametrize(
