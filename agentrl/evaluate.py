@@ -128,18 +128,20 @@ def evaluate_from_config(cfg: Any) -> float:
         checkpoint = resolve_checkpoint(cfg.checkpoint)
         trained = training_config(checkpoint)
         env_cfg = _env_of_checkpoint(trained, cfg)
+    eval_cfg, sources = eval_of_run(
+        cfg.eval, trained.get("eval") if checkpoint is not None and trained is not None else None, _given("eval")
+    )
     suite = make_suite(env_cfg)
-    split = evaluation_split(cfg.eval, suite)
-    tasks = evaluation_tasks(suite, split, cfg.eval.num_tasks)
-    torch.manual_seed(cfg.eval.seed)
+    split = evaluation_split(eval_cfg, suite)
+    tasks = evaluation_tasks(suite, split, eval_cfg.num_tasks)
     scratch = ExitStack()  # a LoRA checkpoint merged for vLLM lives here until the evaluation is over
     if checkpoint is not None:
         # generation length and prompt budget follow training (tiny: 16 tokens)
-        sampling = eval_sampling(cfg.eval, trained.rollout if trained is not None else cfg.rollout)
-        policy = _checkpoint_policy(cfg, checkpoint, trained, sampling, scratch)
+        sampling = eval_sampling(eval_cfg, trained.rollout if trained is not None else cfg.rollout)
+        policy = _checkpoint_policy(cfg, checkpoint, trained, sampling, scratch, eval_cfg.seed)
         policy_name = str(checkpoint)
     else:
-        policy, policy_name = RandomPolicy(cfg.eval.seed), "random admissible policy"
+        policy, policy_name = RandomPolicy(eval_cfg.seed), "random admissible policy"
 
     out_dir = Path(cfg.output) if cfg.output else Path(HydraConfig.get().runtime.output_dir)
     protocol = {
@@ -148,17 +150,19 @@ def evaluate_from_config(cfg: Any) -> float:
         "env": OmegaConf.to_container(env_cfg, resolve=True),
         "split": split,
         "tasks": len(tasks),
-        "episodes_per_task": cfg.eval.episodes_per_task,
-        "seed": cfg.eval.seed,
-        "temperature": "greedy" if cfg.eval.greedy else cfg.eval.temperature,
+        "episodes_per_task": eval_cfg.episodes_per_task,
+        "seed": eval_cfg.seed,
+        "temperature": "greedy" if eval_cfg.greedy else eval_cfg.temperature,
+        "sources": sources,  # eval.<key>: "run" (the training run's eval), "command line" or "default"
     }
     _print_protocol(protocol)
     prompt = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
     with scratch, make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool:
+        torch.manual_seed(eval_cfg.seed)  # as training's evaluator seeds it: loading the model draws nothing then
         batch = collect(
             suite,
             tasks,
-            cfg.eval.episodes_per_task,
+            eval_cfg.episodes_per_task,
             policy,
             prompt,
             max_steps=env_cfg.max_steps,
@@ -171,7 +175,9 @@ def evaluate_from_config(cfg: Any) -> float:
     return metrics.get("eval/success", 0.0)
 
 
-def _checkpoint_policy(cfg: Any, checkpoint: Path, trained: Any | None, sampling, scratch: ExitStack) -> Policy:
+def _checkpoint_policy(
+    cfg: Any, checkpoint: Path, trained: Any | None, sampling, scratch: ExitStack, seed: int
+) -> Policy:
     """The policy of a checkpoint (full weights, or a LoRA adapter on its base) on rollout.backend."""
     from agentrl import lora
 
@@ -183,9 +189,7 @@ def _checkpoint_policy(cfg: Any, checkpoint: Path, trained: Any | None, sampling
         from agentrl.rollout.vllm_engine import engine_dtype
 
         dtype = engine_dtype(plain_value(cfg.hardware.precision))
-        return make_eval_policy(
-            source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=cfg.eval.seed, dtype=dtype
-        )
+        return make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=seed, dtype=dtype)
     from agentrl.rollout.policies import HFPolicy
 
     model, tokenizer = lora.load_checkpoint(
@@ -202,6 +206,34 @@ def _env_of_checkpoint(trained: Any | None, cfg: Any) -> Any:
     return cfg.env if overridden or trained is None else trained.env
 
 
+def _given(section: str) -> set[str]:
+    """The keys of `section` set on the command line (`eval.num_tasks=100` gives "num_tasks")."""
+    from hydra.core.hydra_config import HydraConfig
+
+    keys = (o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task)
+    return {k.split(".", 1)[1].split(".", 1)[0] for k in keys if k.startswith(section + ".")}
+
+
+def eval_of_run(eval_cfg: Any, run_eval: Any | None, given: set[str]) -> tuple[Any, dict[str, str]]:
+    """The evaluation settings `agentrl eval` uses, and where each came from.
+
+    The training run's own `eval` (split, tasks, episodes per task, temperature or greedy, seed) wins over
+    conf/eval.yaml's defaults, so that a checkpoint scores under `agentrl eval` what it scored in training's
+    final evaluation; a key given on the command line wins over both. Without a run (a baseline, or a plain
+    model folder) the defaults stand."""
+    from omegaconf import OmegaConf
+
+    merged, sources = OmegaConf.to_container(eval_cfg, resolve=True), {}
+    for key in merged:
+        if key in given:
+            sources[key] = "command line"
+        elif run_eval is not None and key in run_eval:
+            merged[key], sources[key] = run_eval[key], "run"
+        else:
+            sources[key] = "default"
+    return OmegaConf.create(merged), sources
+
+
 def _print_protocol(protocol: dict) -> None:
     from rich.console import Console
 
@@ -210,6 +242,13 @@ def _print_protocol(protocol: dict) -> None:
     for key in ("policy", "backend", "split", "tasks", "episodes_per_task", "seed", "temperature"):
         console.print(f"  {key}: {protocol[key]}")
     console.print(f"  env: {protocol['env']}")
+    by_source: dict[str, list[str]] = {}
+    for key, source in protocol["sources"].items():
+        by_source.setdefault(source, []).append(f"eval.{key}")
+    # which values follow the training run, and which the command line changed
+    said = {"run": "the training run", "command line": "the command line", "default": "conf/eval.yaml"}
+    line = "; ".join(f"from {said[s]}: {', '.join(keys)}" for s, keys in sorted(by_source.items()))
+    console.print(f"  {line}", soft_wrap=True, markup=False)
 
 
 def _print_table(metrics: dict[str, float]) -> None:

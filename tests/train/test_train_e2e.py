@@ -24,6 +24,7 @@ def trained_run(tmp_path_factory, cache_dir):
         "+debug=fast",
         "trainer.iterations=3",
         "trainer.save_every=3",
+        "eval.seed=7",  # not conf/eval.yaml's: `agentrl eval` must take it from the run
         "logger=wandb",
         "logger.wandb_mode=offline",
         f"hydra.run.dir={run_dir}",
@@ -80,6 +81,26 @@ def test_eval_on_the_saved_checkpoint(trained_run, run_cli, tmp_path):
     assert "eval/pass@2" in report["metrics"]
     trajectories = (out / "trajectories.jsonl").read_text().splitlines()
     assert len(trajectories) == 6 and json.loads(trajectories[0])["turns"]
+
+
+def test_eval_follows_its_run(trained_run, run_cli, tmp_path):
+    """Without eval.* on the command line, `agentrl eval <run>` evaluates as the run did (tasks, seed, ...) and
+    scores the last checkpoint exactly as training's final evaluation scored it."""
+    run_dir, _ = trained_run
+    out = tmp_path / "follow"
+    result = run_cli("eval", str(run_dir), "eval.temperature=0.4", f"output={out}")
+    assert result.returncode == 0, result.stderr[-3000:]
+    protocol = json.loads((out / "eval.json").read_text())["protocol"]
+    assert protocol["tasks"] == 4 and protocol["seed"] == 7  # +debug=fast's 4 tasks, the run's seed; not 50, 1234
+    assert protocol["sources"]["num_tasks"] == "run" and protocol["sources"]["temperature"] == "command line"
+    [sources] = [line for line in result.stdout.splitlines() if "from the training run:" in line]
+    assert "from the command line: eval.temperature" in sources
+    assert "eval.num_tasks" in sources.split("from the training run:")[1]
+    metrics = json.loads((out / "eval.json").read_text())["metrics"]
+    final = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()][-1]
+    shared = [k for k in metrics if k in final]
+    assert {"eval/success", "eval/return", "eval/episode_length", "eval/invalid_rate"} <= set(shared)
+    assert {k: final[k] for k in shared} == pytest.approx({k: metrics[k] for k in shared}, abs=1e-9)
 
 
 def test_tokenizer_round_trips_through_the_checkpoint(trained_run):
