@@ -135,21 +135,26 @@ def config(ctx: typer.Context) -> None:
 
 @app.command()
 def envs() -> None:
-    """List the environments and whether each is usable on this machine, and which vLLM is installed."""
+    """List the environments (built-ins and installed plug-ins), whether each is usable here, and which vLLM."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
-    from agentrl.envs.registry import ENVIRONMENTS
+    from agentrl.envs.registry import all_environments, plugin_problems
 
     table = Table(title="agentrl environments")
     table.add_column("env=")
+    table.add_column("from")
     table.add_column("usable here")
     table.add_column("description")
-    for spec in ENVIRONMENTS.values():
+    for spec in all_environments().values():
         ok, reason = spec.availability()
-        table.add_row(spec.name, "[green]yes[/]" if ok else f"[red]no[/]: {reason}", spec.description)
+        usable = "[green]yes[/]" if ok else f"[red]no[/]: {escape(reason)}"
+        table.add_row(spec.name, escape(spec.source), usable, escape(spec.description))
     console = Console()
     console.print(table)
+    for line in plugin_problems():  # a broken plug-in: one line each, the others are listed above
+        console.print(f"broken {line}", markup=False)
     console.print(f"rollout.backend=hf: yes | rollout.backend=vllm: {_vllm_status()}", markup=False)
 
 

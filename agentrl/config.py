@@ -175,6 +175,17 @@ class AlfworldEnvConfig(EnvConfig):
     generation_seed: int = _f(0, SEED)
 
 
+@dataclass
+class ScienceworldEnvConfig(EnvConfig):
+    name: str = "scienceworld"
+    max_steps: int | None = _f(30, Ge(1))  # EPO's script: max_steps=30 for sciworld
+    prompt_template: str = _f("scienceworld", TEMPLATES)
+    simplifications: str = "easy"  # the reference's preset; "" for none, or a comma list (teleportAction,...)
+    tasks: list[str] | None = None  # task names; None: the 29 of EPO's index files (docs/environments.md)
+    env_step_limit: int = _f(100, Ge(1))  # the engine's own move limit (the reference's envStepLimit)
+    anchor: str = _f("state", ("state", "observation"))  # GiGPO's anchor key: the object tree's hash, or the text
+
+
 # --------------------------------------------------------------------------- models
 
 TINY_MAX = 65536  # the tiny model is built on this machine's CPU: no dimension beyond this
@@ -422,6 +433,10 @@ def register_configs() -> None:
     cs.store(name="eval_schema", node=EvalRunConfig)
     cs.store(group="env", name="household_schema", node=HouseholdEnvConfig)
     cs.store(group="env", name="alfworld_schema", node=AlfworldEnvConfig)
+    cs.store(group="env", name="scienceworld_schema", node=ScienceworldEnvConfig)
+    from agentrl.envs.registry import register_plugin_configs
+
+    register_plugin_configs()  # installed plug-ins: their env/<name>.yaml on the search path, their schemas
 
 
 def plain_value(value: Any) -> Any:

@@ -63,7 +63,7 @@ def _source_fingerprint(env_name: str) -> str:
         digest.update(path.relative_to(package).as_posix().encode())
         digest.update(path.read_bytes())
     versions = package_versions()
-    digest.update(json.dumps({k: versions.get(k) for k in ("alfworld", "textworld")}).encode())
+    digest.update(json.dumps({k: versions.get(k) for k in ("alfworld", "textworld", "scienceworld")}).encode())
     return digest.hexdigest()
 
 

@@ -3,6 +3,7 @@
     python scripts/bench_env_workers.py
     python scripts/bench_env_workers.py --env household --slots 64 --steps 50 --workers 0 1 2 4
     python scripts/bench_env_workers.py --step-ms 40 --reset-ms 500   # an engine as slow as ALFWorld
+    python scripts/bench_env_workers.py --env scienceworld --slots 8 --steps 30   # one JVM per slot
 
 For each worker count: the pool's start (processes up, first reset of every slot:
 engines are built then), the mean cost of resetting all slots again, and lockstep
@@ -87,7 +88,18 @@ def alfworld(args) -> tuple[Callable, Callable[[int], Task]]:
     return suite.make_env, functools.partial(suite.task, "train")
 
 
-ENVS: dict[str, Callable] = {"household": household, "alfworld": alfworld}
+def scienceworld(args) -> tuple[Callable, Callable[[int], Task]]:
+    """ScienceWorld's simulator, one JVM per slot (the extra and a Java runtime)."""
+    from omegaconf import OmegaConf
+
+    from agentrl.config import ScienceworldEnvConfig
+    from agentrl.envs.registry import make_suite
+
+    suite = make_suite(OmegaConf.structured(ScienceworldEnvConfig(max_steps=args.max_steps or 30)))
+    return suite.make_env, functools.partial(suite.task, "train")
+
+
+ENVS: dict[str, Callable] = {"household": household, "alfworld": alfworld, "scienceworld": scienceworld}
 
 
 def run(make_env: Callable, task: Callable[[int], Task], workers: int, args) -> dict[str, float]:

@@ -32,6 +32,9 @@ class Observation:
     # Identity of the true state for GiGPO step grouping; adapters without a
     # state key fall back to the observation text, as the reference does.
     anchor_key: Hashable | None = None
+    # What the prompt shows in place of the admissible list, when that list is too long to print
+    # (ScienceWorld: the action templates and the objects in view). None: the list itself.
+    actions_text: str | None = None
 
     def anchor(self) -> Hashable:
         return self.anchor_key if self.anchor_key is not None else self.text

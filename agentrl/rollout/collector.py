@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -157,12 +157,14 @@ def collect(
     max_steps: int | None = None,
     pool: EnvPool | None = None,
     keep_transcripts: bool = False,
+    on_turn: Callable[[int, int], None] | None = None,
 ) -> StepBatch:
     """Roll out `group_size` episodes of each task in lockstep.
 
     `pool` holds the environments, one slot per episode, and may be reused across
     calls (the trainer keeps one for the whole run); without one, an in-process
-    pool is made for this call.
+    pool is made for this call. `on_turn(turn, limit)` is called after each lockstep
+    turn (progress reports).
     """
     limit = max_steps or suite.max_steps
     own_pool = pool is None
@@ -194,6 +196,8 @@ def collect(
             outcomes = pool.step([(ep.index, action) for ep, action in zip(active, actions)])
             for ep, turn, reply, p, action, outcome in zip(active, turns, replies, parsed, actions, outcomes):
                 _record(ep, turn, reply, p, action, outcome, t, t == limit - 1, batch, keep_transcripts)
+            if on_turn is not None:
+                on_turn(t + 1, limit)
     finally:
         if own_pool:
             pool.close()
@@ -228,6 +232,7 @@ def _turn(ep: _Episode, prompt: PromptSpec, t: int) -> Turn:
         history=ep.history.pairs,
         step=t,
         history_length=prompt.history_length,
+        actions_text=obs.actions_text,
     )
     return Turn(prompt=text, observation=obs)
 

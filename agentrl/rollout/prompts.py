@@ -12,15 +12,23 @@ Templates (``TEMPLATES``):
   on the first turn. Deviations: the reference's leading and trailing newlines are
   dropped, its typo "observaitons" is spelled "observations", and the no-history
   variant keeps the task sentence (later reference versions have it too).
+- ``"scienceworld"``: EPO's ScienceWorld prompt
+  (``agent_system/environments/prompts/sciworld.py``, the non-meta-think pair): the
+  command reference, then the environment's action summary (``actions_text``: the
+  action templates and the objects in view) in place of the list of every valid
+  command, which has hundreds of entries. Deviations: leading and trailing
+  newlines dropped; the history lines are agentrl's window (the last H pairs, with
+  their step numbers), where the reference also lists every older action.
 - ``"compact"``: the same information in as few tokens as possible, for tiny
-  models with short contexts. No think instruction.
+  models with short contexts. No think instruction. With ``actions_text`` it shows
+  that summary instead of the list.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-TEMPLATES: tuple[str, ...] = ("alfworld", "compact")
+TEMPLATES: tuple[str, ...] = ("alfworld", "scienceworld", "compact")
 
 _ALFWORLD_INSTRUCTION = (
     "Now it's your turn to take an action.\n"
@@ -45,6 +53,55 @@ ALFWORLD_TEMPLATE = (
     "actions you took: {history}\n"
     "You are now at step {current_step} and your current observation is: {observation}\n"
     "Your admissible actions of the current situation are: [{admissible}].\n\n" + _ALFWORLD_INSTRUCTION
+)
+
+
+_SCIENCEWORLD_COMMANDS = (
+    ("open OBJ", "open a container"),
+    ("close OBJ", "close a container"),
+    ("activate OBJ", "activate a device"),
+    ("deactivate OBJ", "deactivate a device"),
+    ("connect OBJ to OBJ", "connect electrical components"),
+    ("disconnect OBJ", "disconnect electrical components"),
+    ("use OBJ [on OBJ]", "use a device/item"),
+    ("look around", "describe the current room"),
+    ("look at OBJ", "describe an object in detail"),
+    ("look in OBJ", "describe a container's contents"),
+    ("read OBJ", "read a note or book"),
+    ("move OBJ to OBJ", "move an object to a container"),
+    ("pick up OBJ", "move an object to the inventory"),
+    ("put down OBJ", "drop an inventory item"),
+    ("pour OBJ into OBJ", "pour a liquid into a container"),
+    ("dunk OBJ into OBJ", "dunk a container into a liquid"),
+    ("mix OBJ", "chemically mix a container"),
+    ("go to LOC", "move to a new location"),
+    ("eat OBJ", "eat a food"),
+    ("flush OBJ", "flush a toilet"),
+    ("focus on OBJ", "signal intent on a task object"),
+    ("wait", "take no action for 10 iterations"),
+    ("wait1", "take no action for 1 iteration"),
+    ("task", "describe current task"),
+    ("inventory", "list your inventory"),
+)
+_SCIENCEWORLD_HEAD = (
+    "You are an expert agent operating in the ScienceWorld environment, which is a text-based virtual "
+    "environment centered around accomplishing tasks from the elementary science curriculum.\n"
+    "Your current task is: {task}\n\n"
+)
+_SCIENCEWORLD_TAIL = (
+    "Here are the actions you may take:\n[\n"
+    + "\n".join(f'{{{{"action": "{a}", "description": "{d}"}}}},' for a, d in _SCIENCEWORLD_COMMANDS).rstrip(",")
+    + "\n]\n\nCurrent available actions:\n{actions}\n\n"
+    "Now it's your turn to take an action. You should first reason step-by-step about the current situation. "
+    "This reasoning process MUST be enclosed within <think> </think> tags.\n"
+    "Once you've finished your reasoning, you should choose an appropriate action for the current step and "
+    "present it within <action> </action> tags."
+)
+SCIENCEWORLD_TEMPLATE_NO_HIS = _SCIENCEWORLD_HEAD + "Your current observation is: {observation}\n" + _SCIENCEWORLD_TAIL
+SCIENCEWORLD_TEMPLATE = (
+    _SCIENCEWORLD_HEAD + "Prior to this step, you have already taken {step_count} step(s). Below are the most recent "
+    "{history_length} observations and the corresponding actions you took: {history}\n"
+    "You are now at step {current_step} and your current observation is: {observation}\n" + _SCIENCEWORLD_TAIL
 )
 
 
@@ -83,7 +140,7 @@ def _recent(history: list[tuple[str, str]], step: int, history_length: int) -> l
     return window
 
 
-def _alfworld(task, observation, admissible, window, step) -> str:
+def _alfworld(task, observation, admissible, window, step, actions_text=None) -> str:
     # The reference quotes each action and leaves out ALFWorld's "help" command.
     actions = "\n ".join(f"'{a}'" for a in admissible if a != "help")
     if not window:
@@ -103,17 +160,37 @@ def _alfworld(task, observation, admissible, window, step) -> str:
     )
 
 
-def _compact(task, observation, admissible, window, step) -> str:
+def _scienceworld(task, observation, admissible, window, step, actions_text=None) -> str:
+    actions = actions_text if actions_text is not None else ", ".join(admissible)
+    if not window:
+        return SCIENCEWORLD_TEMPLATE_NO_HIS.format(task=task, observation=observation, actions=actions)
+    first = step - len(window) + 1
+    history = "".join(
+        f"\n[Step {first + j}, Observation {first + j}: '{obs}', Action {first + j}: '{act}']"
+        for j, (obs, act) in enumerate(window)
+    )
+    return SCIENCEWORLD_TEMPLATE.format(
+        task=task,
+        step_count=step,
+        history_length=len(window),
+        history=history.strip(),
+        current_step=step + 1,
+        observation=observation,
+        actions=actions,
+    )
+
+
+def _compact(task, observation, admissible, window, step, actions_text=None) -> str:
     lines = [f"Task: {task}"]
     if window:
         lines.append("History: " + " ".join(f"[{obs} > {act}]" for obs, act in window))
     lines.append(f"Now: {observation}")
-    lines.append("Actions: " + " | ".join(admissible))
+    lines.append("Actions: " + (actions_text if actions_text is not None else " | ".join(admissible)))
     lines.append("Reply <action>...</action>")
     return "\n".join(lines)
 
 
-_BUILDERS = {"alfworld": _alfworld, "compact": _compact}
+_BUILDERS = {"alfworld": _alfworld, "scienceworld": _scienceworld, "compact": _compact}
 
 
 def build_prompt(
@@ -125,6 +202,7 @@ def build_prompt(
     history: list[tuple[str, str]],
     step: int,
     history_length: int,
+    actions_text: str | None = None,
 ) -> str:
     """The prompt text of one turn.
 
@@ -133,9 +211,11 @@ def build_prompt(
     first, of the steps just before this one; only the last ``history_length``
     are shown, numbered by their real 1-based step in the episode. With no pair
     to show (first turn, or ``history_length=0``) the alfworld template uses the
-    reference's no-history variant.
+    reference's no-history variant. ``actions_text``, when the environment gives
+    one (``Observation.actions_text``), replaces the admissible list in the
+    scienceworld and compact templates.
     """
     if template not in _BUILDERS:
         raise ValueError(f"unknown prompt template {template!r}; valid: {', '.join(TEMPLATES)}")
     window = _recent(history, step, history_length)
-    return _BUILDERS[template](task, observation, list(admissible), window, step)
+    return _BUILDERS[template](task, observation, list(admissible), window, step, actions_text)
