@@ -41,6 +41,7 @@ PACKAGES = (
     "vllm",
     "alfworld",
     "textworld",
+    "scienceworld",
 )
 
 
