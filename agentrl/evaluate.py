@@ -117,6 +117,7 @@ def evaluate_from_config(cfg: Any) -> float:
 
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
+    from agentrl.progress import Phase
     from agentrl.rollout.policies import RandomPolicy
 
     hf_logging.disable_progress_bar()
@@ -157,7 +158,12 @@ def evaluate_from_config(cfg: Any) -> float:
     }
     _print_protocol(protocol)
     prompt = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
-    with scratch, make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool:
+    episodes = len(tasks) * eval_cfg.episodes_per_task
+    with (
+        scratch,
+        make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
+        Phase(f"evaluating ({episodes} episodes in lockstep), turn", env_cfg.max_steps or suite.max_steps) as phase,
+    ):
         torch.manual_seed(eval_cfg.seed)  # as training's evaluator seeds it: loading the model draws nothing then
         batch = collect(
             suite,
@@ -168,6 +174,7 @@ def evaluate_from_config(cfg: Any) -> float:
             max_steps=env_cfg.max_steps,
             pool=pool,
             keep_transcripts=True,
+            on_turn=lambda turn, _: phase.advance(turn - phase.done),
         )
     metrics = summarize(batch, "eval")
     _print_table(metrics)

@@ -101,17 +101,23 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     return target
 
 
-def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int):
+def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int, doing: str):
     """About `turns` turns of `policy` on consecutive tasks of `split`, one episode each (episodes of
-    max_steps), so that a slow engine is not played for hours."""
+    max_steps), so that a slow engine is not played for hours. `doing` names it in the progress report."""
     from agentrl.envs.workers import make_pool
+    from agentrl.progress import Phase
     from agentrl.rollout.collector import PromptSpec, collect
 
     episodes = max(4, -(-turns // suite.max_steps))
     tasks = [suite.task(split, first_index + i) for i in range(episodes)]
     spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
-    with make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool:
-        return collect(suite, tasks, 1, policy, spec, max_steps=env_cfg.max_steps, pool=pool)
+    limit = env_cfg.max_steps or suite.max_steps
+    with (
+        make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
+        Phase(f"{doing} ({episodes} episodes in lockstep), turn", limit) as phase,
+    ):
+        advance = lambda turn, _: phase.advance(turn - phase.done)  # noqa: E731
+        return collect(suite, tasks, 1, policy, spec, max_steps=env_cfg.max_steps, pool=pool, on_turn=advance)
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):
@@ -164,7 +170,13 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     started = time.time()
     suite = make_suite(env_cfg, faults=False)  # the demonstrations are clean games, whatever the run injects
     demos = _play(
-        suite, env_cfg, RandomPolicy(tiny_cfg.seed), "train", 1_000_000 + tiny_cfg.seed * 10_000, tiny_cfg.demo_turns
+        suite,
+        env_cfg,
+        RandomPolicy(tiny_cfg.seed),
+        "train",
+        1_000_000 + tiny_cfg.seed * 10_000,
+        tiny_cfg.demo_turns,
+        "tiny model: playing demonstrations",
     )
     pairs = list(zip(demos.prompt, demos.completion))  # (prompt, random admissible reply)
     tokenizer = build_tokenizer([p for p, _ in pairs] + [c for _, c in pairs], tiny_cfg.vocab_size)
@@ -216,7 +228,8 @@ def _encode_pair(tokenizer, prompt: str, reply: str) -> tuple[list[int], int]:
 def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any) -> list[float]:
     """Supervised steps on (prompt, random admissible reply); the loss covers the reply only."""
     import torch
-    from rich.progress import Progress
+
+    from agentrl.progress import Phase
 
     if tiny_cfg.warmup_steps <= 0:
         return []
@@ -225,8 +238,7 @@ def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any) -> li
     optimizer = torch.optim.AdamW(model.parameters(), lr=tiny_cfg.warmup_lr)
     model.train()
     losses = []
-    with Progress(transient=True) as progress:
-        bar = progress.add_task("warming up the tiny model", total=tiny_cfg.warmup_steps)
+    with Phase("tiny model: warm-up step", tiny_cfg.warmup_steps) as phase:
         for _ in range(tiny_cfg.warmup_steps):
             batch = rng.sample(encoded, min(tiny_cfg.warmup_batch_size, len(encoded)))
             width = max(len(ids) for ids, _ in batch)
@@ -243,7 +255,7 @@ def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any) -> li
             optimizer.step()
             optimizer.zero_grad()
             losses.append(loss.item())
-            progress.update(bar, advance=1, description=f"warming up the tiny model (loss {loss.item():.3f})")
+            phase.advance(note=f"loss {loss.item():.3f}")
     return losses
 
 
@@ -252,7 +264,7 @@ def valid_action_rate(model, tokenizer, suite, env_cfg: Any, turns: int = 400) -
     from agentrl.rollout.policies import HFPolicy, SamplingSpec
 
     policy = HFPolicy(model, tokenizer, SamplingSpec(temperature=1.0, max_new_tokens=24))
-    batch = _play(suite, env_cfg, policy, suite.eval_split, 50_000, turns)
+    batch = _play(suite, env_cfg, policy, suite.eval_split, 50_000, turns, "tiny model: checking its replies")
     rows = max(len(batch), 1)
     return {
         "valid_action_rate": sum(batch.valid) / rows,  # a parsable <action> reply

@@ -1,4 +1,5 @@
-"""Where metrics go: metrics.jsonl in the run folder, W&B (offline unless configured), a rich progress bar.
+"""Where metrics go: metrics.jsonl in the run folder, W&B (offline unless configured), progress (a rich bar on a
+terminal, plain lines in a log: agentrl.progress).
 
 metrics.jsonl is written through agentrl.metrics_log, which owns its format.
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import metrics_log
+from agentrl.progress import TrainProgress
 
 log = logging.getLogger(__name__)
 
@@ -103,8 +105,9 @@ class Tracker:
         self.metrics_file = metrics_log.open_for_append(run_dir)
         self.started = time.time()
         self.wandb_run = self._start_wandb(cfg, group, job_name)
-        self.progress = self._start_progress(total_iterations) if cfg.logger.progress else None
+        self.progress = TrainProgress(total_iterations) if cfg.logger.progress else None
         self.last: dict[str, float] = {}
+        self.heldout_at: int | None = None  # the iteration of the latest held-out evaluation
 
     def _start_wandb(self, cfg: Any, group: str | None, job_name: str | None):
         mode = cfg.logger.wandb_mode.value
@@ -131,29 +134,6 @@ class Tracker:
             log.warning("W&B could not start (%s); metrics still go to metrics.jsonl", err)
             return None
 
-    def _start_progress(self, total: int):
-        from rich.progress import (
-            BarColumn,
-            MofNCompleteColumn,
-            Progress,
-            TextColumn,
-            TimeElapsedColumn,
-            TimeRemainingColumn,
-        )
-
-        progress = Progress(
-            TextColumn("[bold]train[/]"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[status]}"),
-            TimeElapsedColumn(),
-            TextColumn("eta"),
-            TimeRemainingColumn(),
-        )
-        progress.start()
-        self._bar = progress.add_task("train", total=total, status="")
-        return progress
-
     def log(self, iteration: int, metrics: dict[str, Any]) -> None:
         record = {"iteration": iteration, "time/elapsed_s": round(time.time() - self.started, 3)}
         record.update({k: (float(v) if _finite(v) else None) for k, v in metrics.items() if v is not None})
@@ -161,15 +141,16 @@ class Tracker:
         self.last.update({k: v for k, v in record.items() if v is not None})
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if v is not None}, step=iteration)
+        if record.get("eval/success") is not None:
+            self.heldout_at = iteration
         if self.progress is not None:
-            status = f"success {self.last.get('rollout/success', float('nan')):.2f}"
-            if "eval/success" in self.last:
-                status += f" | held-out {self.last['eval/success']:.2f}"
-            self.progress.update(self._bar, completed=iteration, status=status)
+            self.progress.update(
+                iteration, self.last.get("rollout/success"), self.last.get("eval/success"), self.heldout_at
+            )
 
     def close(self) -> None:
         if self.progress is not None:
-            self.progress.stop()
+            self.progress.close()
             self.progress = None
         if self.wandb_run is not None:
             self.wandb_run.finish()

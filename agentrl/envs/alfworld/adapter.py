@@ -160,7 +160,7 @@ def _ensure_generated(env_cfg) -> Path:
             "with published ALFWorld scores.",
             root,
         )
-        generate_split_pool(root, env_cfg.generated_per_type, env_cfg.generation_seed)
+        generate_split_pool(root, env_cfg.generated_per_type, env_cfg.generation_seed, progress=True)
         marker.write_text("")
     else:
         log.info("env=alfworld on synthetic games from %s (not the ALFRED floor plans)", root)

@@ -38,6 +38,7 @@ import os
 import random
 import shutil
 import tempfile
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,6 +64,7 @@ from agentrl.envs.alfworld.floorplans import (
     _scenes,
 )
 from agentrl.envs.alfworld.signatures import game_signature, problem_signature, split_accepts
+from agentrl.progress import Phase
 
 __all__ = [
     "TASK_TYPES",
@@ -344,25 +346,12 @@ def generate_games(
     jobs = [(task_type, index) for task_type in TASK_TYPES for index in range(per_type)]
     paths: list[Path] = []
     with tempfile.TemporaryDirectory(prefix="agentrl-alfworld-gen-") as scratch:
-        if progress:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-            columns = (
-                TextColumn("[bold]ALFWorld {task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-            )
-            with Progress(*columns) as bar:
-                task = bar.add_task(f"{folder} games", total=len(jobs))
-                for task_type, index in jobs:
-                    bar.update(task, description=f"{folder}: {SHORT_TYPES[task_type]} #{index}")
-                    paths.append(_generate_one(split_dir, seed, folder, task_type, index, Path(scratch)))
-                    bar.advance(task)
-                bar.update(task, description=f"{folder} games")
-        else:
+        phase = Phase(f"ALFWorld: {folder} games", len(jobs)) if progress else nullcontext()
+        with phase:
             for task_type, index in jobs:
                 paths.append(_generate_one(split_dir, seed, folder, task_type, index, Path(scratch)))
+                if progress:
+                    phase.advance(note=f"{SHORT_TYPES[task_type]} #{index}")
     return paths
 
 
