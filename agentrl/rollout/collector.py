@@ -232,6 +232,7 @@ def _turn(ep: _Episode, prompt: PromptSpec, t: int) -> Turn:
         history=ep.history.pairs,
         step=t,
         history_length=prompt.history_length,
+        actions_text=obs.actions_text,
     )
     return Turn(prompt=text, observation=obs)
 
