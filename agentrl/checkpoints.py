@@ -76,6 +76,11 @@ def publish(staged: Path, root: Path, keep_last: int | None) -> Path:
     return folder
 
 
+def folder_bytes(folder: Path) -> int:
+    """The bytes of every file under a folder (what one more checkpoint like it needs on disk)."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def problem(folder: Path) -> str | None:
     """Why this checkpoint cannot be resumed from, or None when it can."""
     missing = [name for name in REQUIRED if not (folder / name).is_file()]

@@ -3,17 +3,36 @@
 A mixin of `AgentTrainer` (agentrl/train/trainer.py), in front of TRL's GRPOTrainer: it overrides
 transformers' `_save_checkpoint`, `_get_output_dir` and `_load_optimizer_and_scheduler`. Names and the
 publishing steps live in agentrl/checkpoints.py.
+
+A save that fails part-way (a full disk, an I/O error) removes its staging folder, so the previous complete
+checkpoint stays the newest; a full disk stops the run with one line that names the folder and the space a
+checkpoint needs. transformers' `training_args.bin` (a pickle of TrainingArguments that nothing reads back: the
+run's config is agentrl_config.yaml, and resuming reads only the state files) is not written.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from agentrl.checkpoints import TRAINING_CONFIG, agentrl_state_file, checkpoint_name, publish, staging_root
+from agentrl.checkpoints import (
+    LAST,
+    TRAINING_CONFIG,
+    agentrl_state_file,
+    checkpoint_name,
+    folder_bytes,
+    publish,
+    staging_root,
+)
+from agentrl.errors import UserError
+
+TRAINING_ARGS = "training_args.bin"  # transformers' pickle of its TrainingArguments, left out
 
 
 class CheckpointHooks:
@@ -42,10 +61,38 @@ class CheckpointHooks:
         """TRL/transformers write the checkpoint into a staging folder; it is renamed into place when complete.
 
         With several ranks, each rank writes its own RNG state and agentrl state there, and rank 0
-        publishes once every rank has finished writing (checkpoints are written once)."""
+        publishes once every rank has finished writing (checkpoints are written once). A write that fails
+        removes the staged folder; a full disk is a one-line stop (see `_disk_full`)."""
+        root = Path(self._get_output_dir(trial=trial))
+        staged = staging_root(root) / checkpoint_name(self.state.global_step)
+        try:
+            with _without_training_args():
+                self._write_checkpoint(model, trial, root)
+        except (OSError, RuntimeError) as err:  # torch.save reports a failed write as a RuntimeError
+            shutil.rmtree(staged, ignore_errors=True)
+            if _is_disk_full(err):
+                raise self._disk_full(root, err) from None
+            raise
+
+    def _disk_full(self, root: Path, err: BaseException) -> UserError:
+        """One line: which folder is full, how much a checkpoint needs there, and what is still intact."""
+        last = root / LAST
+        if last.exists():
+            needed, kept = folder_bytes(last.resolve()), f"the previous checkpoint {last.resolve()} is intact"
+        else:  # no checkpoint yet: the weights, and the optimizer's two moments per weight
+            weights = sum(p.numel() * p.element_size() for p in self.model.parameters())
+            needed, kept = 3 * weights, "no earlier checkpoint exists"
+        free = shutil.disk_usage(root).free if root.exists() else 0
+        resume = getattr(self, "resume_command", None)
+        return UserError(
+            f"no space left in {root} for {checkpoint_name(self.state.global_step)} "
+            f"(a checkpoint needs about {_size(needed)}, {_size(free)} free); the partial checkpoint was removed and "
+            f"{kept}" + (f"; free some space, then resume: {resume}" if resume else "")
+        )
+
+    def _write_checkpoint(self, model, trial, root: Path) -> None:
         from omegaconf import OmegaConf
 
-        root = Path(self._get_output_dir(trial=trial))
         self._staging_root = staging_root(root, clear=self.args.should_save)
         self.accelerator.wait_for_everyone()  # nobody writes into the staging folder before rank 0 has cleared it
         try:
@@ -83,3 +130,34 @@ class CheckpointHooks:
 
         with mock.patch("torch.load", load_on_cpu):
             return super()._load_optimizer_and_scheduler(checkpoint)
+
+
+@contextmanager
+def _without_training_args():
+    """transformers' save writes `torch.save(self.args, .../training_args.bin)`; skip that one file."""
+    from unittest import mock
+
+    save = torch.save
+
+    def save_but_training_args(obj, f, *args, **kwargs):
+        if isinstance(f, (str, Path)) and Path(f).name == TRAINING_ARGS:
+            return None
+        return save(obj, f, *args, **kwargs)
+
+    with mock.patch("torch.save", save_but_training_args):
+        yield
+
+
+def _is_disk_full(err: BaseException) -> bool:
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT)
+    text = str(err)
+    return "No space left" in text or "file write failed" in text  # torch's zip writer says only this
+
+
+def _size(n: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"

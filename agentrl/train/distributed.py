@@ -103,7 +103,14 @@ def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> li
 
 
 def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
-    """Run the training job on hardware.num_processes ranks and return rank 0's held-out success."""
+    """Run the training job on hardware.num_processes ranks and return rank 0's held-out success.
+
+    The ranks run in a session of their own, so that a Ctrl-C reaches this process alone: it asks the ranks to
+    stop through the run folder (agentrl/train/stopping.py), and they stop together after the iteration in
+    progress. A second Ctrl-C ends them at once; so does this process's death (each rank watches it)."""
+    from agentrl.errors import Stopped
+    from agentrl.train import stopping
+
     command = launch_command(cfg.hardware, overrides, run_dir)
     print(
         f"launching {cfg.hardware.num_processes} ranks ({cfg.hardware.strategy.value}) through accelerate; "
@@ -112,20 +119,64 @@ def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
     )
     result = run_dir / RESULT_FILE
     result.unlink(missing_ok=True)
-    code = subprocess.call(command)
+    stop_file = run_dir / stopping.STOP_FILE
+    stop_file.unlink(missing_ok=True)
+    env = {**os.environ, stopping.LAUNCHER_PID: str(os.getpid())}
+    proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_ignore_preemption_signal)
+
+    def at_once(signum: int) -> str:
+        try:
+            os.killpg(proc.pid, 9)  # the launcher of the ranks; the ranks follow this process when it exits
+        except OSError:
+            pass
+        return (
+            f"stopped the {cfg.hardware.num_processes} ranks at once on a second {stopping.signal_name(signum)}; "
+            + (
+                f"the last complete checkpoint is under {run_dir / 'checkpoints'}; "
+                f"resume: {stopping.resume_command(overrides, run_dir)}"
+            )
+        )
+
+    request = stopping.StopRequest(
+        at_once, on_request=lambda signum: stop_file.write_text(stopping.signal_name(signum))
+    )
+    request.install()
+    try:
+        code = proc.wait()
+    finally:
+        request.uninstall()
     if code != 0:
         raise UserError(
             f"the {cfg.hardware.num_processes} training ranks stopped with exit code {code} "
             f"(their messages are above; log: {run_dir / 'train.log'})"
         )
     try:
-        return float(json.loads(result.read_text())["eval/success"])
+        outcome = json.loads(result.read_text())
+        stopped = outcome.get("stopped")
+        if stopped is not None:
+            request.hand_on_to_submitit()  # under submitit, its signal requeues the job (and exits)
+            signum = request.signum or int(stopped["signal"])
+            raise Stopped(str(stopped["line"]), stopping.exit_code(signum))
+        return float(outcome["eval/success"])
     except (OSError, ValueError, KeyError):
         raise UserError(f"the training ranks finished but left no {result}") from None
 
 
-def write_result(run_dir: Path, success: float) -> None:
-    (run_dir / RESULT_FILE).write_text(json.dumps({"eval/success": success}))
+def _ignore_preemption_signal() -> None:
+    """In the ranks' launcher (torchrun), before it starts: submitit's preemption signal is this process's to
+    handle; torchrun would die of it (its default action) and leave the ranks without their rendezvous."""
+    from agentrl.train.stopping import preemption_signal
+
+    signum = preemption_signal()
+    if signum is not None:
+        import signal
+
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def write_result(run_dir: Path, success: float, stopped: dict | None = None) -> None:
+    """Rank 0's outcome for the launching process: the held-out success, or where the run stopped on a signal."""
+    (run_dir / RESULT_FILE).write_text(json.dumps({"eval/success": success, "stopped": stopped}))
 
 
 # --------------------------------------------------------------------------- inside the ranks

@@ -1,7 +1,8 @@
 """`agentrl train`: wire the pieces from the config, in the order a reader expects.
 
 setup (run record, environment, model, sampler, tracker, evaluator) -> train -> final
-held-out success (returned, so that Hydra sweepers can optimise it) -> cleanup.
+held-out success (returned, so that Hydra sweepers can optimise it) -> cleanup. A signal stops the
+run after the iteration in progress, with a checkpoint (agentrl/train/stopping.py).
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import metrics_log
-from agentrl.checkpoints import CHECKPOINTS, LAST, resume_checkpoint, saved_iteration
+from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
+from agentrl.errors import Stopped
 
 log = logging.getLogger(__name__)
 
@@ -20,27 +22,48 @@ log = logging.getLogger(__name__)
 def train(cfg: Any) -> float:
     os.environ.setdefault("WANDB_SILENT", "true")
     from hydra.core.hydra_config import HydraConfig
-    from transformers import set_seed
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one to watch
 
-    from agentrl.envs.registry import make_suite
-    from agentrl.envs.workers import make_pool
-    from agentrl.evaluate import PeriodicEvaluator, evaluation_split
-    from agentrl.models import load_policy, resolve_model_source
-    from agentrl.tracking import NullTracker, Tracker, record_run
-    from agentrl.train import distributed
-    from agentrl.train.sampler import TaskSampler
-    from agentrl.train.trainer import AgentTrainer
+    from agentrl.models import resolve_model_source
+    from agentrl.train import distributed, stopping
 
     hydra_cfg = HydraConfig.get()
     run_dir = Path(hydra_cfg.runtime.output_dir)
     _check_writable(run_dir)
+    overrides = list(hydra_cfg.overrides.task)
     if distributed.needs_launch(cfg.hardware):
         resolve_model_source(cfg.model, cfg.env)  # build the tiny model once here, not in every rank at the same time
-        return distributed.launch_ranks(cfg, list(hydra_cfg.overrides.task), run_dir)
+        return distributed.launch_ranks(cfg, overrides, run_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0
+    if distributed.is_rank_process():
+        stopping.watch_launcher()
+    else:
+        (run_dir / stopping.STOP_FILE).unlink(missing_ok=True)
+    command = stopping.resume_command(overrides, run_dir)
+    request = stopping.StopRequest(lambda signum: _stopped_at_once(signum, run_dir, command), quiet=not main_rank)
+    request.install()
+    try:
+        return _train(cfg, run_dir, main_rank, request, command)
+    finally:
+        request.uninstall()
+
+
+def _train(cfg: Any, run_dir: Path, main_rank: bool, request: Any, command: str) -> float:
+    from hydra.core.hydra_config import HydraConfig
+    from transformers import set_seed
+
+    from agentrl.envs.registry import make_suite
+    from agentrl.envs.workers import make_pool
+    from agentrl.evaluate import PeriodicEvaluator, evaluation_split
+    from agentrl.models import load_policy
+    from agentrl.tracking import NullTracker, Tracker, record_run
+    from agentrl.train import distributed, stopping
+    from agentrl.train.sampler import TaskSampler
+    from agentrl.train.trainer import AgentTrainer
+
+    hydra_cfg = HydraConfig.get()
     set_seed(cfg.seed)
 
     # ---- setup
@@ -73,6 +96,9 @@ def train(cfg: Any) -> float:
         evaluator=evaluator,
         output_dir=run_dir / CHECKPOINTS,
     )
+    trainer.resume_command = command  # for the one line of a full disk
+    stop = stopping.StopCallback(trainer, request, run_dir)
+    trainer.add_callback(stop)
 
     # ---- train
     try:
@@ -80,10 +106,31 @@ def train(cfg: Any) -> float:
             trainer.filter_tasks()  # ARPO's optional task selection; a no-op otherwise
         else:
             trainer.load_agentrl_state(checkpoint)
+        if request.requested:  # a signal during the setup: there is no iteration to finish
+            raise Stopped(
+                f"stopped on {stopping.signal_name(request.signum)} before the first iteration; start again: {command}",
+                stopping.exit_code(request.signum),
+            )
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
     finally:
         tracker.close()
         pool.close()
+
+    # ---- a stop on a signal: the checkpoint is written; say where, and how to go on
+    if stop.stopped_at is not None:
+        signum = stopping.stop_signal(request, run_dir)
+        folder = run_dir / CHECKPOINTS / checkpoint_name(stop.stopped_at)
+        line = (
+            f"stopped on {stopping.signal_name(signum)} after iteration {stop.stopped_at} of {cfg.trainer.iterations}; "
+            f"checkpoint {folder}; resume: {command}"
+        )
+        if distributed.is_rank_process():  # the launching process says it, and exits with the code
+            if main_rank:
+                distributed.write_result(run_dir, float("nan"), stopped={"line": line, "signal": signum})
+            return float("nan")
+        request.uninstall()
+        request.hand_on_to_submitit()  # under submitit, its signal requeues the job (and exits)
+        raise Stopped(line, stopping.exit_code(signum))
 
     # ---- report
     success = trainer.last_eval.get("eval/success", float("nan"))
@@ -94,6 +141,15 @@ def train(cfg: Any) -> float:
     log.info("finished: held-out success %.3f; run folder %s", success, run_dir)
     print(f"held-out success {success:.3f} | run folder {run_dir} | checkpoint {run_dir / CHECKPOINTS / LAST}")
     return success
+
+
+def _stopped_at_once(signum: int, run_dir: Path, command: str) -> str:
+    """The line a second Ctrl-C prints as it ends the process: the last complete checkpoint is intact."""
+    from agentrl.train.stopping import signal_name
+
+    last = run_dir / CHECKPOINTS / LAST
+    where = f"the last complete checkpoint is {last.resolve()}" if last.exists() else "no checkpoint was written yet"
+    return f"stopped at once on a second {signal_name(signum)}; {where}; resume: {command}"
 
 
 def truncate_metrics(run_dir: Path, checkpoint: Path) -> int:
@@ -108,7 +164,7 @@ def _check_writable(run_dir: Path) -> None:
 
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        probe = run_dir / ".write-test"
+        probe = run_dir / f".write-test-{os.getpid()}"  # one per process: ranks check at the same time
         probe.write_text("")
         probe.unlink()
     except OSError as err:
