@@ -112,10 +112,10 @@ class ScienceWorldAgentEnv:
             self._engine = start_engine(self.env_step_limit)
         engine = self._engine
         engine.load(task.payload["task_name"], int(task.payload["variation"]), self.simplifications)
-        text, _info = engine.reset()
+        text, info = engine.reset()
         self._task_text = engine.get_task_description()
         self._steps, self._done = 0, False
-        return self._observe(text)
+        return self._observe(text, info)
 
     def step(self, action: str) -> Step:
         if self._engine is None or self._done:
@@ -126,11 +126,12 @@ class ScienceWorldAgentEnv:
         score = int(info["score"])
         won = score >= WIN_SCORE
         self._done = won or bool(completed) or score < 0 or self._steps >= self.max_steps
-        return Step(self._observe(text), WIN_REWARD if won else 0.0, self._done, won, valid)
+        return Step(self._observe(text, info), WIN_REWARD if won else 0.0, self._done, won, valid)
 
-    def _observe(self, text: str) -> Observation:
+    def _observe(self, text: str, info: dict) -> Observation:
         engine = self._engine
-        valid = list(dict.fromkeys(engine.get_valid_action_object_combinations()))
+        # The engine's step already lists the valid commands (infos["valid"]): asking again costs a third of a step.
+        valid = list(dict.fromkeys(info["valid"]))
         self._valid = set(valid)
         return Observation(
             text=text.strip(),
