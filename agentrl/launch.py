@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agentrl.errors import UserError, fail, first_line
-from agentrl.hydra_paths import config_dir
+from agentrl.hydra_paths import config_dir, hydra_quote
 
 # Groups kept out of the defaults list so that `+group=x` works; `group=x` is accepted too.
 _APPENDED_GROUPS = ("algo", "debug", "hparams_search")
@@ -69,10 +69,17 @@ def parse_args(args: list[str]) -> HydraArgs:
 # --------------------------------------------------------------------------- preflight
 
 
-def preflight(config_name: str, overrides: list[str], multirun: bool = False, output_folder: bool = False):
+def preflight(
+    config_name: str,
+    overrides: list[str],
+    multirun: bool = False,
+    output_folder: bool = False,
+    made: list | None = None,
+):
     """Compose the overrides as Hydra will and run agentrl's checks on every value of every sweep (in a multirun,
     of the sweeper's search space, hydra.sweeper.params, too) and, with `output_folder`, on the folder Hydra
-    will make. Raise UserError on the first problem; return the job config, every sweep at its first value."""
+    will make (appended to `made`). Raise UserError on the first problem; return the job config, every sweep at its
+    first value."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -86,8 +93,8 @@ def preflight(config_name: str, overrides: list[str], multirun: bool = False, ou
             parser = OverridesParser.create(config_loader=GlobalHydra.instance().config_loader())  # expands glob()
             parsed = _parse(parser, overrides, multirun)
             cfg = _compose(config_name, _first_values(parsed), with_hydra=True)
-            if output_folder:
-                check_output_folder(cfg, multirun)
+            if output_folder and (folder := check_output_folder(cfg, multirun)) is not None and made is not None:
+                made.append(folder)
             # A sweeper joins its search space to the command line, whose keys win (as in BasicSweeper.sweep)
             params = (cfg.hydra.sweeper.get("params") or {}) if multirun else {}
             given = {o.key_or_group for o in parsed}
@@ -186,14 +193,14 @@ def with_override(config_name: str, parser, job: Any, line: str) -> Any:
     return variant
 
 
-def check_output_folder(cfg, multirun: bool) -> None:
+def check_output_folder(cfg, multirun: bool) -> Path | None:
     """Hydra makes the run (or sweep) folder before any job runs; make it here first, so that whatever stands in
     the way (a file, a parent that cannot exist, a read-only place, no permission) is one line, not a traceback."""
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     try:
         folder = Path(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)
     except Exception:  # an interpolation only a running Hydra resolves: Hydra says what is wrong itself
-        return
+        return None
     existing = folder
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -207,6 +214,7 @@ def check_output_folder(cfg, multirun: bool) -> None:
     except OSError as err:
         why = err.strerror or type(err).__name__
         raise UserError(f"the output folder {folder} cannot be made or written: {why} (set {key})") from None
+    return folder
 
 
 # --------------------------------------------------------------------------- errors in one line
@@ -309,16 +317,22 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
 
     register_configs()
     command = parse_args(args)
+    made: list[Path] = []
     if command.runs_job:
         make_folder = not command.parsed.cfg  # --cfg prints the config; Hydra makes no folder for it
-        preflight(command.parsed.config_name or config_name, command.overrides, command.parsed.multirun, make_folder)
+        name = command.parsed.config_name or config_name
+        preflight(name, command.overrides, command.parsed.multirun, make_folder, made)
+    sweep_dir = made[0] if made and command.parsed.multirun else None
+    pinned = [f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"] if sweep_dir is not None else []
+    if any(o.startswith("hydra.sweep.dir=") for o in command.overrides):
+        pinned = []  # the user's own; otherwise the folder made above, so that its jobs' records are found
 
     # In a multirun, let a sweeper's own error reach us instead of Hydra's printout: Optuna's sweeper, for one,
     # raises when every trial failed (no best trial), which is better said in one line with the jobs' errors.
     full_error = command.parsed.multirun and "HYDRA_FULL_ERROR" not in os.environ
     jobs = Jobs(entry, full_error_set=full_error)
     saved_argv = sys.argv
-    sys.argv = [f"agentrl {config_name}", *command.flags, *command.overrides]
+    sys.argv = [f"agentrl {config_name}", *command.flags, *command.overrides, *pinned]
     if full_error:
         os.environ["HYDRA_FULL_ERROR"] = "1"
     started = time.time()
@@ -327,7 +341,7 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
         main(jobs.run)()
     except Exception as err:
         if command.parsed.multirun:
-            jobs.failed += failed_under(_sweep_dir(), started, known=jobs.failed)
+            jobs.failed += failed_under(sweep_dir, started, known=jobs.failed)
             if jobs.failed or isinstance(err, CompactHydraException):
                 fail(jobs.summary() if jobs.failed else first_line(str(err)), 1)
             if (line := launcher_failure(err)) is not None:  # a job that died under submitit's launcher
@@ -338,16 +352,6 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
         if full_error:
             os.environ.pop("HYDRA_FULL_ERROR", None)
     if command.parsed.multirun:  # jobs that a launcher ran in other processes recorded their failures on disk
-        jobs.failed += failed_under(_sweep_dir(), started, known=jobs.failed)
+        jobs.failed += failed_under(sweep_dir, started, known=jobs.failed)
     if jobs.failed:
         fail(jobs.summary(), 1)
-
-
-def _sweep_dir() -> Path | None:
-    """The sweep folder of the multirun that just ran (Hydra keeps its config after the run)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    try:
-        return Path(HydraConfig.get().sweep.dir)
-    except Exception:
-        return None

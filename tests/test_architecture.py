@@ -26,7 +26,7 @@ LAYERS = [
     {"tiny_model", "qwen_shapes", "models", "lora"},
     {"evaluate"},
     {"train"},
-    {"launch", "jobs", "requeue", "report", "cli"},
+    {"launch", "jobs", "report", "cli"},
 ]
 MAX_LINES = 400
 REASON = re.compile(r"^Over 400 lines: ", re.M)

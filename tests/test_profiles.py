@@ -52,7 +52,7 @@ def test_slurm_profile_submits_through_submitit(hydra_conf):
     )
     cfg = compose(config_name="train", overrides=["hardware=slurm"], return_hydra_config=True)
     launcher = cfg.hydra.launcher
-    assert launcher._target_ == "agentrl.requeue.SlurmLauncher"  # submitit's, requeued jobs resume
+    assert launcher._target_ == "hydra_plugins.agentrl_requeue.SlurmLauncher"  # submitit's, requeued jobs resume
     assert launcher.max_num_timeout > 0  # submitit requeues a timed-out job only up to this many times
     assert launcher.gpus_per_node == 8 and launcher.tasks_per_node == 1 and launcher.nodes == 1
     four = compose(

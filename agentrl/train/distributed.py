@@ -154,7 +154,7 @@ def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
         outcome = json.loads(result.read_text())
         stopped = outcome.get("stopped")
         if stopped is not None:
-            request.hand_on_to_submitit()  # under submitit, its signal requeues the job (and exits)
+            request.hand_on_to_submitit(str(stopped["line"]))  # under submitit, its signal requeues the job (and exits)
             signum = request.signum or int(stopped["signal"])
             raise Stopped(str(stopped["line"]), stopping.exit_code(signum))
         return float(outcome["eval/success"])

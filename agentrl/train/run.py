@@ -129,7 +129,7 @@ def _train(cfg: Any, run_dir: Path, main_rank: bool, request: Any, command: str)
                 distributed.write_result(run_dir, float("nan"), stopped={"line": line, "signal": signum})
             return float("nan")
         request.uninstall()
-        request.hand_on_to_submitit()  # under submitit, its signal requeues the job (and exits)
+        request.hand_on_to_submitit(line)  # under submitit, its signal requeues the job (and exits)
         raise Stopped(line, stopping.exit_code(signum))
 
     # ---- report

@@ -6,8 +6,9 @@
   is intact, since checkpoints are published whole (agentrl/checkpoints.py). A repeated SIGTERM changes nothing:
   the stop is already under way (Slurm and torchrun repeat theirs).
 - Under submitit (hardware=slurm), its preemption and time-out signal (USR2 by default) stops the run the same
-  way, and then goes on to submitit's own handler, which requeues the job (agentrl/requeue.py adds
-  trainer.resume=auto to the requeued job).
+  way, and then goes on to submitit's own handler, which requeues the job (its launcher adds
+  trainer.resume=auto to the requeued job:
+  hydra_plugins/agentrl_requeue).
 - With several ranks, the process that launched them (train/distributed.py) takes the signal and writes
   STOP_FILE into the run folder; every rank looks for it, or for a signal of its own, at the end of each
   iteration, and all ranks agree (any rank's request stops them all) so that they stop at the same iteration.
@@ -118,10 +119,12 @@ class StopRequest:
         sys.stdout.flush()
         os._exit(exit_code(signum))
 
-    def hand_on_to_submitit(self) -> None:
-        """After the checkpoint: submitit's own handler requeues the job (or records why not) and exits."""
+    def hand_on_to_submitit(self, line: str) -> None:
+        """After the checkpoint, when submitit's signal stopped the run: say where it stopped, then submitit's own
+        handler requeues the job (or records why not) and exits."""
         preempt = preemption_signal()
         if self.signum is not None and self.signum == preempt and callable(self.chained):
+            print(line, file=sys.stderr, flush=True)
             self.chained(self.signum, None)
 
 

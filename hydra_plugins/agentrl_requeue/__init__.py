@@ -7,15 +7,15 @@ checkpoint, and only then hands the signal on to submitit's handler. `checkpoint
 `trainer.resume=auto`, so the requeued job goes on from that checkpoint instead of starting again.
 
 conf/hardware/slurm.yaml names `SlurmLauncher` as Hydra's launcher; `LocalLauncher` is the same on submitit's
-local executor (`hydra/launcher=submitit_local hydra.launcher._target_=agentrl.requeue.LocalLauncher`), which
-is how the requeue path is tested without a cluster.
+local executor (`hydra/launcher=submitit_local hydra.launcher._target_=hydra_plugins.agentrl_requeue.LocalLauncher`),
+which is how the requeue path is tested without a cluster. They live here because Hydra instantiates launchers
+only from the `hydra_plugins` namespace package; without the sweep extra (no hydra-submitit-launcher) this
+module defines nothing, and Hydra's plugin scan passes over it.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-from hydra_plugins.hydra_submitit_launcher import submitit_launcher
 
 RESUME = "trainer.resume=auto"
 
@@ -34,9 +34,14 @@ class _Requeue:
         return submitit.helpers.DelayedSubmission(self, resumed(list(sweep_overrides)), *args, **kwargs)
 
 
-class SlurmLauncher(_Requeue, submitit_launcher.SlurmLauncher):
+try:
+    from hydra_plugins.hydra_submitit_launcher import submitit_launcher
+except ImportError:  # the sweep extra is not installed: hardware=slurm says so in one line (agentrl/launch.py)
     pass
+else:
 
+    class SlurmLauncher(_Requeue, submitit_launcher.SlurmLauncher):
+        pass
 
-class LocalLauncher(_Requeue, submitit_launcher.LocalLauncher):
-    pass
+    class LocalLauncher(_Requeue, submitit_launcher.LocalLauncher):
+        pass
