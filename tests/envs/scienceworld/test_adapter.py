@@ -42,6 +42,8 @@ def test_splits_are_the_engines_train_dev_test_variations(suite):
     for name in suite.task_types:  # disjoint variations
         train, dev, test = (set(table[name][k]) for k in ("train", "dev", "test"))
         assert not (train & dev or train & test or dev & test)
+    # the sizes of EPO's index files: L0 train, L0 test (dev variations), L1 test (test variations)
+    assert [suite.split_size(split) for split in SPLITS] == [3322, 1661, 1684]
     # the first 29 tasks of an eval split are one of each task type
     first = [suite.task("eval_in_distribution", i).task_type for i in range(len(suite.task_types))]
     assert sorted(first) == sorted(suite.task_types)
