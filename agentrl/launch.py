@@ -201,12 +201,12 @@ def check_output_folder(cfg, multirun: bool) -> Path | None:
         folder = Path(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)
     except Exception:  # an interpolation only a running Hydra resolves: Hydra says what is wrong itself
         return None
-    existing = folder
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UserError(f"the output folder {folder} cannot be made: {existing} is a file (set {key})")
     try:
+        existing = folder
+        while not existing.exists() and existing != existing.parent:  # exists() raises on a name too long
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UserError(f"the output folder {folder} cannot be made: {existing} is a file (set {key})")
         folder.mkdir(parents=True, exist_ok=True)
         probe = folder / f".agentrl-write-test-{os.getpid()}"
         probe.write_text("")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -20,7 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentrl.checks import check_config
 from agentrl.errors import UserError
-from agentrl.launch import with_override
+from agentrl.launch import preflight, with_override
 from tests.conftest import hydra_initialized
 
 # The bases: each environment's schema for train, the tiny model's fields (model=tiny, the default), eval.
@@ -156,3 +158,109 @@ def test_every_field_with_edge_values_is_valid_or_one_line(bases, base, key, val
     assert "\n" not in line and line.strip() == line, line
     leaf = key.rsplit(".", 1)[-1]
     assert leaf in line or key.split(".")[0] in line, f"{key}={value}: the line does not name the field: {line}"
+
+
+# --------------------------------------------------------------------------- the tiny model's dimensions
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    hidden=st.integers(2, 48),
+    heads=st.integers(1, 8),
+    kv=st.none() | st.integers(1, 8),
+    layers=st.integers(1, 2),
+)
+def test_tiny_dimensions_that_pass_the_checks_build_a_model_that_runs(hidden, heads, kv, layers):
+    """The rule between the tiny model's fields is the model's own: what passes builds and runs a forward pass,
+    what does not is one line naming the fields (these made a ZeroDivisionError or a shape error before)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from agentrl.checks import check_tiny
+    from agentrl.config import TinyModelConfig
+
+    tiny = OmegaConf.structured(
+        TinyModelConfig(hidden_size=hidden, intermediate_size=8, num_layers=layers, num_heads=heads, num_kv_heads=kv)
+    )
+    try:
+        check_tiny(tiny)
+    except UserError as err:
+        assert "\n" not in str(err) and "model.tiny." in str(err)
+        return
+    config = Qwen2Config(
+        vocab_size=32,
+        hidden_size=hidden,
+        intermediate_size=8,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv or heads,
+        max_position_embeddings=16,
+    )
+    logits = Qwen2ForCausalLM(config)(torch.tensor([[1, 2, 3]])).logits
+    assert logits.shape == (1, 3, 32) and torch.isfinite(logits).all()
+
+
+# --------------------------------------------------------------------------- the output folder
+
+
+def _output_folder_cases(tmp: Path) -> dict[str, str]:
+    blocker = tmp / "a-file"
+    blocker.write_text("")
+    locked = tmp / "locked"
+    locked.mkdir()
+    locked.chmod(0o500)
+    return {
+        "a file in the way": str(blocker),
+        "a file in the way of a parent": str(blocker / "run"),
+        "a parent that cannot exist": "/proc/agentrl-no-such-folder/run",
+        "a name too long for the filesystem": str(tmp / ("x" * 300) / "run"),
+        "a read-only location": "/sys/agentrl-run",
+        "no permission": str(locked / "run"),
+    }
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        "a file in the way",
+        "a file in the way of a parent",
+        "a parent that cannot exist",
+        "a name too long for the filesystem",
+        "a read-only location",
+        "no permission",
+    ],
+)
+def test_an_output_folder_that_cannot_be_made_is_one_line(case, tmp_path):
+    if case == "no permission" and os.geteuid() == 0:
+        pytest.skip("root may write into a folder without write permission")
+    if case in ("a parent that cannot exist", "a read-only location") and not Path("/proc/self").is_dir():
+        pytest.skip("uses Linux's /proc and /sys")
+    folder = _output_folder_cases(tmp_path)[case]
+    try:
+        with pytest.raises(UserError) as err:
+            preflight("train", [f"hydra.run.dir={folder}"], output_folder=True)
+    finally:
+        (tmp_path / "locked").chmod(0o700)
+    message = str(err.value)
+    assert "\n" not in message and "hydra.run.dir" in message and "cannot be made" in message, message
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "args,expected",
+    [
+        (["env.max_steps=0"], "env.max_steps must be >= 1, got 0"),
+        (["model.tiny.num_heads=3"], "model.tiny.num_heads=3"),
+        (["trainer.learning_rate=inf"], "trainer.learning_rate must be a finite number"),
+        (["logger.project="], "logger.project"),
+        (["seed=-1"], "seed must be in [0, 2147483648), got -1"),
+        (["trainer.iterations=100000000000000000000"], "trainer.iterations=100000000000000000000 is too large"),
+        (["hydra.run.dir=/proc/agentrl-no-such-folder/run"], "cannot be made or written"),
+    ],
+)
+def test_bad_values_through_the_real_cli(args, expected, run_cli):
+    result = run_cli("train", *args, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expected in lines[0], lines
