@@ -83,6 +83,8 @@ def check_value(key: str, value: Any, rules: tuple, hint: str = "") -> None:
     if value is None:
         return  # the schema's type says whether null is allowed (OmegaConf checked it)
     check_number(key, value)
+    if not rules:
+        return  # the field states that any value of its type is valid
     if len(rules) == 1 and isinstance(rules[0], tuple):
         if value not in rules[0]:
             raise UserError(f"{key}={value!r} is unknown; choose one of {', '.join(map(str, rules[0]))}")

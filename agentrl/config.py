@@ -131,8 +131,9 @@ SHARE = Interval(ge=0, le=1)
 def valid(*rules: Any, hint: str = "") -> dict[str, Any]:
     """A field's valid values, stated beside it (``field(default=..., metadata=valid(Ge(1)))``): annotated_types
     constraints that pydantic applies (``Ge``, ``Gt``, ``Interval``, ``MinLen``), or one tuple of the allowed
-    strings. null passes where the type is optional, and a float must be finite. One checker applies them all:
-    ``agentrl/checks.py: check_fields``; rules between fields are ``check_cross_fields`` there."""
+    strings; none at all: any value of the type. null passes where the type is optional, and a float must be
+    finite. One checker applies them all: ``agentrl/checks.py: check_fields``; rules between fields are
+    ``check_cross_fields`` there."""
     return {"valid": rules, "hint": hint}
 
 
@@ -177,11 +178,13 @@ class AlfworldEnvConfig(EnvConfig):
 
 @dataclass
 class ScienceworldEnvConfig(EnvConfig):
-    name: str = "scienceworld"
+    name: str = _f("scienceworld", MinLen(1))
     max_steps: int | None = _f(30, Ge(1))  # EPO's script: max_steps=30 for sciworld
     prompt_template: str = _f("scienceworld", TEMPLATES)
-    simplifications: str = "easy"  # the reference's preset; "" for none, or a comma list (teleportAction,...)
-    tasks: list[str] | None = None  # task names; None: the 29 of EPO's index files (docs/environments.md)
+    # the reference's preset; "" for none, or a comma list (teleportAction,...): any string, the engine checks it
+    simplifications: str = _f("easy")
+    # task names; None: the 29 of EPO's index files (docs/environments.md)
+    tasks: list[str] | None = _f(None, MinLen(1))
     env_step_limit: int = _f(100, Ge(1))  # the engine's own move limit (the reference's envStepLimit)
     anchor: str = _f("state", ("state", "observation"))  # GiGPO's anchor key: the object tree's hash, or the text
 
