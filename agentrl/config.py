@@ -187,6 +187,7 @@ class ScienceworldEnvConfig(EnvConfig):
     tasks: list[str] | None = _f(None, MinLen(1))
     env_step_limit: int = _f(100, Ge(1))  # the engine's own move limit (the reference's envStepLimit)
     anchor: str = _f("state", ("state", "observation"))  # GiGPO's anchor key: the object tree's hash, or the text
+    java_options: str = _f("-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1")  # each slot's JVM (~210 MB resident)
 
 
 # --------------------------------------------------------------------------- models

@@ -53,6 +53,14 @@ def gold_runs(suite, tasks) -> dict[str, list[tuple[bool, int, int]]]:
     return by_type
 
 
+def merged_summary(batches) -> dict[str, float]:
+    """summarize() over the episodes of several collect() batches."""
+    merged = batches[0]
+    for batch in batches[1:]:
+        merged.episodes.extend(batch.episodes)
+    return summarize(merged, prefix="random")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--per-type", type=int, default=3, help="variations per task type")
@@ -60,6 +68,7 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=2, help="random-policy episodes per variation")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--chunk", type=int, default=8, help="tasks played at once (episodes x chunk JVMs)")
     args = parser.parse_args()
 
     cfg = OmegaConf.structured(ScienceworldEnvConfig(anchor="observation"))  # no object-tree hash: not needed here
@@ -69,17 +78,17 @@ def main() -> None:
     print(f"{len(tasks)} variations of {args.split}: {args.per_type} per task type, {types} task types")
 
     started = time.time()
+    # Every episode slot holds a JVM (~210 MB): play `--chunk` tasks at a time, on the same slots.
+    policy, batches = RandomPolicy(args.seed), []
     with make_pool(suite.make_env, args.workers, 120.0) as pool:
-        batch = collect(
-            suite,
-            tasks,
-            args.episodes,
-            RandomPolicy(args.seed),
-            PromptSpec("compact", 0),
-            max_steps=suite.max_steps,
-            pool=pool,
-        )
-    random_metrics = summarize(batch, prefix="random")
+        for first in range(0, len(tasks), args.chunk):
+            chunk = tasks[first : first + args.chunk]
+            batches.append(
+                collect(
+                    suite, chunk, args.episodes, policy, PromptSpec("compact", 0), max_steps=suite.max_steps, pool=pool
+                )
+            )
+    random_metrics = merged_summary(batches)
     random_s = time.time() - started
     started = time.time()
     gold_free = gold_runs(suite, tasks)

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -126,6 +127,7 @@ def test_a_killed_jvm_ends_the_episode_as_a_fault_and_the_run_goes_on(suite):
         [step] = pool.step([(0, "look around")])
         assert not isinstance(step, EnvFault)
         [jvm] = own_jvms()
+        assert "-Xmx512m" in Path(f"/proc/{jvm}/cmdline").read_bytes().decode().split("\0")  # env.java_options
         os.kill(jvm, signal.SIGKILL)
         [fault] = pool.step([(0, "look around")])
         assert isinstance(fault, EnvFault) and pool.faults == 1
