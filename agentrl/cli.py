@@ -236,9 +236,9 @@ def alfworld_generate(
         ok, reason = ENVIRONMENTS["alfworld"].availability()
         if not ok:
             raise UserError(f"agentrl alfworld generate {reason}")
-        from agentrl.envs.alfworld.generate import generate_split_pool
+        from agentrl.envs.alfworld.generate import generate_split_pool, generation_workers
 
-        pool = generate_split_pool(Path(out), per_type, seed, progress=True)
+        pool = generate_split_pool(Path(out), per_type, seed, progress=True, workers=generation_workers())
         counts = ", ".join(f"{split} {len(games)}" for split, games in pool.items())
         typer.echo(
             f"wrote games under {Path(out) / 'json_2.1.1'} ({counts}); these are synthetic scenes, "

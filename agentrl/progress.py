@@ -5,6 +5,7 @@ once, at the very end. So when standard output is not a terminal, progress is wr
 one per event, each starting with `[agentrl]` and a word saying what is going on, then `key=value` pairs, so a
 log is easy to grep (`grep 'train iter='`):
 
+    [agentrl] train starting running=0:01:00                  (a slow start: the starting model's evaluation)
     [agentrl] train start iterations=300 heldout=0.070
     [agentrl] train iter=25/300 s_per_iter=2.41 eta=0:11:02 success=0.438 heldout=0.550@25 elapsed=0:01:00
     [agentrl] train iter=26/300 running=0:01:00               (while an iteration runs longer than heartbeat_s)
@@ -180,7 +181,10 @@ class TrainProgress:
                 now = time.monotonic()
                 if now - self._since >= self.heartbeat_s:
                     running = clock(now - self._iteration_started)
-                    plain_line("train", self.stream, iter=f"{self.iteration + 1}/{self.total}", running=running)
+                    if self.first is None:  # before the first line: the setup or the starting model's evaluation
+                        plain_line("train starting", self.stream, running=running)
+                    else:
+                        plain_line("train", self.stream, iter=f"{self.iteration + 1}/{self.total}", running=running)
                     self._since = now
 
     def close(self) -> None:

@@ -67,6 +67,9 @@ def _source_fingerprint(env_name: str) -> str:
     return digest.hexdigest()
 
 
+# Worker processes that play the build's demonstrations and reply check (at least env.num_workers).
+BUILD_WORKERS = max(1, min(os.cpu_count() or 1, 4))
+
 # How environments are run, not what they show: these keys do not change the model that is built.
 RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_share")
 
@@ -112,12 +115,40 @@ def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int,
     tasks = [suite.task(split, first_index + i) for i in range(episodes)]
     spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
     limit = env_cfg.max_steps or suite.max_steps
+    # The play is engine time only (the random policy or a 100k-parameter model): worker processes run the
+    # episodes' resets and steps side by side. Outcomes come back in slot order, so the play is the same.
+    workers = max(env_cfg.num_workers, BUILD_WORKERS)
     with (
-        make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
+        make_pool(suite.make_env, workers, env_cfg.step_timeout_s) as pool,
         Phase(f"{doing} ({episodes} episodes in lockstep), turn", limit) as phase,
     ):
         advance = lambda turn, _: phase.advance(turn - phase.done)  # noqa: E731
-        return collect(suite, tasks, 1, policy, spec, max_steps=env_cfg.max_steps, pool=pool, on_turn=advance)
+        # An engine with a process per episode (ScienceWorld's JVMs) says how many episodes may be live at once
+        # (`max_live_episodes`): the episodes are then played that many at a time, on the same slots.
+        live = getattr(suite, "max_live_episodes", None) or len(tasks)
+        batches = [
+            collect(
+                suite,
+                tasks[i : i + live],
+                1,
+                policy,
+                spec,
+                max_steps=env_cfg.max_steps,
+                pool=pool,
+                on_turn=advance if i == 0 else None,  # the progress line follows the first batch
+            )
+            for i in range(0, len(tasks), live)
+        ]
+        return batches[0] if len(batches) == 1 else _Played(batches)
+
+
+class _Played:
+    """The rows and episodes of several collect() batches, as `_play`'s callers read them."""
+
+    def __init__(self, batches):
+        for name in ("prompt", "completion", "valid", "admissible"):
+            setattr(self, name, [value for batch in batches for value in getattr(batch, name)])
+        self.episodes = [episode for batch in batches for episode in batch.episodes]
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):

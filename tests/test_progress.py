@@ -56,6 +56,14 @@ def test_a_long_iteration_still_writes_a_line_at_the_heartbeat():
     assert beats and beats[0].startswith("[agentrl] train iter=2/3 running=0:00:0")
 
 
+def test_a_slow_start_says_it_is_starting():
+    out = io.StringIO()
+    progress = TrainProgress(3, stream=out, heartbeat_s=0.2)
+    time.sleep(5.5)
+    progress.close()
+    assert out.getvalue().splitlines()[0].startswith("[agentrl] train starting running=0:00:0")
+
+
 def test_a_plain_phase_says_what_it_does_and_how_far_along_it_is():
     out = io.StringIO()
     with Phase("tiny model: warm-up step", 20, stream=out, heartbeat_s=3600) as phase:

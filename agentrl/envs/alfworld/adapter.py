@@ -149,7 +149,7 @@ def _generated_root(env_cfg) -> Path:
 
 def _ensure_generated(env_cfg) -> Path:
     """Generate (once) and cache the synthetic pool; say once that these are not the ALFRED floor plans."""
-    from agentrl.envs.alfworld.generate import generate_split_pool
+    from agentrl.envs.alfworld.generate import generate_split_pool, generation_workers
 
     root = _generated_root(env_cfg)
     marker = root / "COMPLETE"
@@ -160,7 +160,9 @@ def _ensure_generated(env_cfg) -> Path:
             "with published ALFWorld scores.",
             root,
         )
-        generate_split_pool(root, env_cfg.generated_per_type, env_cfg.generation_seed, progress=True)
+        generate_split_pool(
+            root, env_cfg.generated_per_type, env_cfg.generation_seed, progress=True, workers=generation_workers()
+        )
         marker.write_text("")
     else:
         log.info("env=alfworld on synthetic games from %s (not the ALFRED floor plans)", root)

@@ -34,11 +34,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import multiprocessing
 import os
 import random
 import shutil
 import tempfile
-from contextlib import nullcontext
+from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,6 +74,7 @@ __all__ = [
     "generate_games",
     "problem_signature",
     "generate_split_pool",
+    "generation_workers",
 ]
 
 MIN_RECEPTACLES = 6
@@ -327,8 +330,18 @@ def _generate_one(split_dir: Path, seed: int, folder: str, task_type: str, index
     )
 
 
+def generation_workers() -> int:
+    """Processes for game generation: one per core, at most 8 (each game is a planner search)."""
+    return max(1, min(os.cpu_count() or 1, 8))
+
+
 def generate_games(
-    out_dir: str | os.PathLike, per_type: int, seed: int, split: str = "train", progress: bool = False
+    out_dir: str | os.PathLike,
+    per_type: int,
+    seed: int,
+    split: str = "train",
+    progress: bool = False,
+    workers: int = 1,
 ) -> list[Path]:
     """Write `per_type` planner-verified games of each of the six task types; return their paths.
 
@@ -338,33 +351,56 @@ def generate_games(
     valid_seen, valid_unseen). Game `i` of a type depends only on (seed, split, type, i):
     a larger `per_type` adds games and keeps the earlier ones, and games already on disk
     are kept, not re-verified. Paths come back type by type, index by index.
+
+    With `workers` > 1 the games are made in that many processes: each game depends on its own
+    (seed, split, type, index) only, so the pool is the same, made faster.
     """
-    if per_type < 0:
-        raise ValueError(f"per_type must be >= 0, got {per_type}")
-    folder = split_folder(split)
-    split_dir = Path(out_dir).expanduser() / DATA_DIRNAME / folder
-    jobs = [(task_type, index) for task_type in TASK_TYPES for index in range(per_type)]
-    paths: list[Path] = []
-    with tempfile.TemporaryDirectory(prefix="agentrl-alfworld-gen-") as scratch:
-        phase = Phase(f"ALFWorld: {folder} games", len(jobs)) if progress else nullcontext()
-        with phase:
-            for task_type, index in jobs:
-                paths.append(_generate_one(split_dir, seed, folder, task_type, index, Path(scratch)))
-                if progress:
-                    phase.advance(note=f"{SHORT_TYPES[task_type]} #{index}")
-    return paths
+    return generate_split_pool(out_dir, per_type, seed, splits=(split,), progress=progress, workers=workers)[split]
 
 
 def generate_split_pool(
-    out_dir: str | os.PathLike, per_type: int, seed: int, *, eval_per_type: int | None = None, progress: bool = False
+    out_dir: str | os.PathLike,
+    per_type: int,
+    seed: int,
+    *,
+    eval_per_type: int | None = None,
+    progress: bool = False,
+    workers: int = 1,
+    splits: tuple[str, ...] = SPLITS,
 ) -> dict[str, list[Path]]:
     """All three splits under one root: `per_type` train games of each task type and
-    `eval_per_type` (default: `per_type`) each for valid_seen and valid_unseen.
+    `eval_per_type` (default: `per_type`) each for valid_seen and valid_unseen, made by `workers`
+    processes (see `generate_games`).
 
     Returns {agentrl split name: game paths}; `find_games(out_dir, split)` lists the same games.
     """
+    if per_type < 0 or (eval_per_type is not None and eval_per_type < 0):
+        raise ValueError(f"per_type must be >= 0, got {per_type}")
     eval_n = per_type if eval_per_type is None else eval_per_type
-    return {
-        split: generate_games(out_dir, per_type if split == "train" else eval_n, seed, split, progress=progress)
-        for split in SPLITS
-    }
+    jobs = [
+        (split, task_type, index)
+        for split in splits
+        for task_type in TASK_TYPES
+        for index in range(per_type if split_folder(split) == "train" else eval_n)
+    ]
+    root = Path(out_dir).expanduser() / DATA_DIRNAME
+    paths: dict[str, list[Path]] = {split: [] for split in splits}
+    with tempfile.TemporaryDirectory(prefix="agentrl-alfworld-gen-") as scratch, ExitStack() as stack:
+        phase = stack.enter_context(Phase("ALFWorld: generating games", len(jobs))) if progress else None
+        calls = [
+            (root / split_folder(split), seed, split_folder(split), task_type, index, Path(scratch) / f"{n}")
+            for n, (split, task_type, index) in enumerate(jobs)
+        ]
+        if workers > 1 and len(jobs) > 1:
+            # spawn, as the environment workers do: the training process may hold torch's threads
+            executor = stack.enter_context(
+                ProcessPoolExecutor(min(workers, len(jobs)), mp_context=multiprocessing.get_context("spawn"))
+            )
+            made = executor.map(_generate_one, *zip(*calls))
+        else:
+            made = (_generate_one(*call) for call in calls)
+        for (split, task_type, index), path in zip(jobs, made):
+            paths[split].append(path)
+            if phase is not None:
+                phase.advance(note=f"{split_folder(split)}: {SHORT_TYPES[task_type]} #{index}")
+    return paths

@@ -174,3 +174,14 @@ def test_bad_arguments():
         generate_games(Path(tempfile.gettempdir()), 1, 0, split="test")
     with pytest.raises(ValueError, match="per_type"):
         generate_games(Path(tempfile.gettempdir()), -1, 0)
+
+
+def test_generating_in_worker_processes_makes_the_same_games(tmp_path):
+    """Each game depends only on (seed, split, type, index), so several processes write the same pool."""
+    serial = generate_games(tmp_path / "serial", 1, SEED, "valid_seen")
+    parallel = generate_games(tmp_path / "parallel", 1, SEED, "valid_seen", workers=2)
+    assert [p.relative_to(tmp_path / "serial") for p in serial] == [
+        p.relative_to(tmp_path / "parallel") for p in parallel
+    ]
+    for a, b in zip(serial, parallel):
+        assert json.loads(a.read_text()) == json.loads(b.read_text())

@@ -1,0 +1,26 @@
+"""+debug=fast on ALFWorld adds its own small settings (conf/debug_env/fast_alfworld.yaml), and nothing else."""
+
+from __future__ import annotations
+
+from hydra import compose
+
+
+def test_debug_fast_on_alfworld_takes_a_small_pool_and_a_short_warm_up(hydra_conf):
+    cfg = compose(config_name="train", overrides=["+debug=fast", "env=alfworld"])
+    assert cfg.env.generated_per_type == 1 and cfg.env.max_steps == 10 and cfg.model.tiny.demo_turns == 200
+    assert cfg.trainer.iterations == 2  # debug/fast.yaml itself still applies
+
+
+def test_the_command_line_still_wins_over_it(hydra_conf):
+    cfg = compose(
+        config_name="train",
+        overrides=["+debug=fast", "env=alfworld", "env.generated_per_type=3", "model.tiny.demo_turns=100"],
+    )
+    assert cfg.env.generated_per_type == 3 and cfg.model.tiny.demo_turns == 100
+
+
+def test_without_debug_fast_or_on_another_env_nothing_changes(hydra_conf):
+    full = compose(config_name="train", overrides=["env=alfworld"])
+    assert full.env.generated_per_type == 10 and full.env.max_steps == 50 and full.model.tiny.demo_turns == 4000
+    household = compose(config_name="train", overrides=["+debug=fast"])
+    assert household.model.tiny.demo_turns == 4000  # the household debug model (and its cache key) as before
