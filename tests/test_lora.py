@@ -253,11 +253,10 @@ def test_vllm_eval_gets_the_merged_folder(lora_run, tmp_path, monkeypatch):
     monkeypatch.setattr(vllm_policy, "make_eval_policy", fake_make_eval_policy)
     cfg = SimpleNamespace(
         rollout=SimpleNamespace(backend="vllm", vllm=SimpleNamespace()),
-        eval=SimpleNamespace(seed=0),
         hardware=SimpleNamespace(precision="fp32"),
     )
     with ExitStack() as scratch:
-        assert _checkpoint_policy(cfg, _checkpoint(lora_run), None, None, scratch) == "policy"
+        assert _checkpoint_policy(cfg, _checkpoint(lora_run), None, None, scratch, seed=0) == "policy"
         assert "model.safetensors" in seen["files"] and "adapter_config.json" not in seen["files"]
     assert not Path(seen["source"]).exists()  # the temporary merge is gone after the evaluation
     assert seen["tokenizer"].padding_side == "left"
