@@ -182,6 +182,7 @@ class ScienceWorldSuite:
     name = "scienceworld"
     splits = tuple(SPLITS)
     eval_split = "eval_in_distribution"
+    max_live_episodes = 16  # a JVM per episode (~210 MB): the tiny model's build plays 16 at a time
 
     def __init__(self, table: dict[str, dict[str, list[int]]], tasks: list[str], env_cfg: Any):
         self.task_types = tuple(tasks)

@@ -180,7 +180,7 @@ def test_train_and_eval_through_the_cli(run_cli, tmp_path):
         "+algo=gigpo",
         "env.num_workers=2",
         "env.max_steps=5",
-        "model.tiny.demo_turns=60",
+        "model.tiny.demo_turns=100",  # 20 episodes of 5 steps: played 16, then 4 (max_live_episodes)
         "trainer.iterations=1",
         "eval.num_tasks=2",
         f"hydra.run.dir={run_dir}",
