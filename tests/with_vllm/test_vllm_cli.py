@@ -97,9 +97,8 @@ def test_vllms_tokenizer_gives_the_training_ids(vllm_run):
     [
         (["rollout.vllm.mode=server"], "rollout.vllm.mode=server cannot train on vLLM's CPU build"),
         (["rollout.vllm.enable_sleep_mode=true"], "enable_sleep_mode needs CUDA"),
-        (["hardware=gpu"], "runs on the CPU only"),
     ],
-    ids=["server mode", "sleep mode", "gpu profile"],
+    ids=["server mode", "sleep mode"],
 )
 def test_what_the_cpu_build_cannot_do_is_refused_in_one_line(run_cli, overrides, message):
     from agentrl.rollout.vllm_engine import installed_vllm
@@ -111,3 +110,20 @@ def test_what_the_cpu_build_cannot_do_is_refused_in_one_line(run_cli, overrides,
     errors = [line for line in result.stderr.strip().splitlines() if line.strip()]
     assert len(errors) == 1 and message in errors[0], result.stderr[-2000:]
     assert "Traceback" not in result.stderr
+
+
+def test_the_cpu_build_refuses_a_cuda_profile(hydra_conf):
+    """On a machine without CUDA the missing GPU speaks first (tests/test_profiles.py); the build's own refusal is
+    checked in-process here."""
+    from hydra import compose
+
+    from agentrl.checks import check_vllm
+    from agentrl.errors import UserError
+    from agentrl.rollout.vllm_engine import installed_vllm
+
+    if not installed_vllm().runs_on_cpu:
+        pytest.skip("this refusal is the CPU build's")
+    cfg = compose(config_name="train", overrides=["hardware=gpu", "rollout.backend=vllm"])
+    with pytest.raises(UserError) as err:
+        check_vllm(cfg.rollout, cfg.hardware)
+    assert "runs on the CPU only" in str(err.value) and "\n" not in str(err.value)
