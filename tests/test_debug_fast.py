@@ -8,6 +8,7 @@ from hydra import compose
 def test_debug_fast_on_alfworld_takes_a_small_pool_and_a_short_warm_up(hydra_conf):
     cfg = compose(config_name="train", overrides=["+debug=fast", "env=alfworld"])
     assert cfg.env.generated_per_type == 1 and cfg.env.max_steps == 10 and cfg.model.tiny.demo_turns == 200
+    assert cfg.model.tiny.warmup_batch_size == 8
     assert cfg.trainer.iterations == 2  # debug/fast.yaml itself still applies
 
 
@@ -28,6 +29,7 @@ def test_without_debug_fast_or_on_another_env_nothing_changes(hydra_conf):
 
 def test_debug_fast_on_scienceworld_takes_short_episodes_and_a_short_warm_up(hydra_conf):
     cfg = compose(config_name="train", overrides=["+debug=fast", "env=scienceworld"])
-    assert cfg.env.max_steps == 10 and cfg.model.tiny.demo_turns == 200 and cfg.trainer.iterations == 2
+    assert cfg.env.max_steps == 10 and cfg.model.tiny.demo_turns == 200
+    assert cfg.model.tiny.warmup_batch_size == 8 and cfg.trainer.iterations == 2
     full = compose(config_name="train", overrides=["env=scienceworld"])
     assert full.env.max_steps == 30 and full.model.tiny.demo_turns == 4000
