@@ -62,7 +62,8 @@ def check_fields(node: Any, prefix: str = "") -> None:
         if isinstance(value, DictConfig):
             check_fields(value, f"{key}.")
         elif "valid" in spec.metadata:
-            check_value(key, plain_value(value), spec.metadata["valid"], spec.metadata.get("hint", ""))
+            nullable = "None" in str(spec.type)
+            check_value(key, plain_value(value), spec.metadata["valid"], spec.metadata.get("hint", ""), nullable)
         else:
             check_number(key, value)
 
@@ -78,8 +79,9 @@ def check_number(key: str, value: Any) -> None:
         raise UserError(f"{key}={value} is too large: an integer must be below 2**63")
 
 
-def check_value(key: str, value: Any, rules: tuple, hint: str = "") -> None:
-    """One value against its field's rules: annotated_types constraints, or one tuple of allowed strings."""
+def check_value(key: str, value: Any, rules: tuple, hint: str = "", nullable: bool = False) -> None:
+    """One value against its field's rules: annotated_types constraints, or one tuple of allowed strings; the
+    message says "or null" where the field's type allows null."""
     if value is None:
         return  # the schema's type says whether null is allowed (OmegaConf checked it)
     check_number(key, value)
@@ -95,7 +97,8 @@ def check_value(key: str, value: Any, rules: tuple, hint: str = "") -> None:
         _adapter(_base(value), rules).validate_python(value)
     except pydantic.ValidationError:
         why = f" ({hint})" if hint else ""
-        raise UserError(f"{key} must be {describe(rules, value)}, got {_shown(value)}{why}") from None
+        null = " or null" if nullable else ""
+        raise UserError(f"{key} must be {describe(rules, value)}{null}, got {_shown(value)}{why}") from None
 
 
 def _base(value: Any) -> type:

@@ -249,7 +249,7 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(case, tmp_path):
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["env.max_steps=0"], "env.max_steps must be >= 1, got 0"),
+        (["env.max_steps=0"], "env.max_steps must be >= 1 or null, got 0"),
         (["model.tiny.num_heads=3"], "model.tiny.num_heads=3"),
         (["trainer.learning_rate=inf"], "trainer.learning_rate must be a finite number"),
         (["logger.project="], "logger.project"),
