@@ -24,12 +24,12 @@ def test_without_debug_fast_or_on_another_env_nothing_changes(hydra_conf):
     full = compose(config_name="train", overrides=["env=alfworld"])
     assert full.env.generated_per_type == 10 and full.env.max_steps == 50 and full.model.tiny.demo_turns == 4000
     household = compose(config_name="train", overrides=["+debug=fast"])
-    assert household.model.tiny.demo_turns == 4000  # the household debug model (and its cache key) as before
+    # the household debug model (and its cache key) as before
+    assert household.model.tiny.demo_turns == 4000 and household.model.tiny.warmup_batch_size == 32
 
 
 def test_debug_fast_on_scienceworld_takes_short_episodes_and_a_short_warm_up(hydra_conf):
     cfg = compose(config_name="train", overrides=["+debug=fast", "env=scienceworld"])
-    assert cfg.env.max_steps == 10 and cfg.model.tiny.demo_turns == 200
-    assert cfg.model.tiny.warmup_batch_size == 8 and cfg.trainer.iterations == 2
+    assert cfg.env.max_steps == 10 and cfg.model.tiny.demo_turns == 200 and cfg.trainer.iterations == 2
     full = compose(config_name="train", overrides=["env=scienceworld"])
     assert full.env.max_steps == 30 and full.model.tiny.demo_turns == 4000
