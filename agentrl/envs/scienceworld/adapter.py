@@ -51,6 +51,7 @@ def start_engine(env_step_limit: int = 100, java_options: str = JAVA_OPTIONS):
 
     # A dead JVM makes py4j log several tracebacks per call; the pool reports the fault in one line instead.
     logging.getLogger("py4j").setLevel(logging.CRITICAL)
+    logging.getLogger("scienceworld").setLevel(logging.WARNING)  # a line for every task it loads otherwise
     # ScienceWorldEnv starts its JVM with py4j's launch_gateway and no JVM options: give it ours.
     launch = getattr(sw, "_agentrl_launch_gateway", None) or sw.launch_gateway
     sw._agentrl_launch_gateway = launch
