@@ -138,6 +138,27 @@ def test_braces_in_text_are_kept():
 
 
 def test_unknown_template_lists_valid_ones():
-    assert TEMPLATES == ("alfworld", "compact")
-    with pytest.raises(ValueError, match="alfworld, compact"):
+    assert TEMPLATES == ("alfworld", "scienceworld", "compact")
+    with pytest.raises(ValueError, match="alfworld, scienceworld, compact"):
         build_prompt("webshop", task=TASK, observation="o", admissible=[], history=[], step=0, history_length=2)
+
+
+def test_scienceworld_template_shows_the_action_summary_not_the_list():
+    """EPO's ScienceWorld prompt: the command forms, then the environment's summary in place of every command."""
+    summary = "Valid_actions: ['open OBJ'], OBJ needs to be replaced with one of the following objects: ['door']"
+    kwargs = dict(task="boil water", admissible=["open door", "look around"], history_length=2, actions_text=summary)
+    first = build_prompt("scienceworld", observation="o0", history=[], step=0, **kwargs)
+    assert first.startswith("You are an expert agent operating in the ScienceWorld environment")
+    assert "Your current task is: boil water" in first and "Your current observation is: o0" in first
+    assert '{"action": "focus on OBJ", "description": "signal intent on a task object"}' in first
+    assert f"Current available actions:\n{summary}\n" in first and "'open door'" not in first
+    assert "Prior to this step" not in first and first.endswith("present it within <action> </action> tags.")
+    later = build_prompt("scienceworld", observation="o3", history=[("o1", "a1"), ("o2", "a2")], step=3, **kwargs)
+    assert "you have already taken 3 step(s). Below are the most recent 2 observations" in later
+    assert "[Step 2, Observation 2: 'o1', Action 2: 'a1']\n[Step 3, Observation 3: 'o2', Action 3: 'a2']" in later
+    assert "You are now at step 4 and your current observation is: o3" in later
+    # without a summary the list itself is shown; the compact template takes the summary too
+    assert "open door, look around" in build_prompt(
+        "scienceworld", observation="o", history=[], step=0, **{**kwargs, "actions_text": None}
+    )
+    assert f"Actions: {summary}" in build_prompt("compact", observation="o", history=[], step=0, **kwargs)
