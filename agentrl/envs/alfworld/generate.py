@@ -17,9 +17,8 @@ written: TextWorld loads it with ALFWorld's own wrappers, the agent follows the
 planner's `policy_commands` step by step, and the game must end `won`; failures are
 redrawn. The planner's plan is stored as the game's `walkthrough`.
 
-This module draws one game (receptacles, placements, the PDDL problem), checks it and
-writes it; loading and playing a game is `engine`'s job, the floor plans and the
-placement rules are `floorplans`'.
+This module draws one game (receptacles, placements, the PDDL problem), checks it and writes it (in worker
+processes for a pool); playing a game is `engine`'s job, the floor plans and placement rules `floorplans`'.
 
 Games go into the download's layout, so `find_games` and ALFWorld's own loader read both:
 `<out_dir>/json_2.1.1/<split>/<task>-<Obj>-None-<Recep>-<scene>/trial_<split>_s<seed>_<index>/`.
@@ -352,9 +351,8 @@ def generate_games(
     a larger `per_type` adds games and keeps the earlier ones, and games already on disk
     are kept, not re-verified. Paths come back type by type, index by index.
 
-    With `workers` > 1 the games are made in that many processes: each game depends on its own
-    (seed, split, type, index) only, so the pool is the same, made faster.
-    """
+    With `workers` > 1 the games are made in that many processes: the same pool, since each game depends on its
+    own (seed, split, type, index) only."""
     return generate_split_pool(out_dir, per_type, seed, splits=(split,), progress=progress, workers=workers)[split]
 
 
@@ -368,12 +366,8 @@ def generate_split_pool(
     workers: int = 1,
     splits: tuple[str, ...] = SPLITS,
 ) -> dict[str, list[Path]]:
-    """All three splits under one root: `per_type` train games of each task type and
-    `eval_per_type` (default: `per_type`) each for valid_seen and valid_unseen, made by `workers`
-    processes (see `generate_games`).
-
-    Returns {agentrl split name: game paths}; `find_games(out_dir, split)` lists the same games.
-    """
+    """All three splits under one root: `per_type` train games of each task type, `eval_per_type` (default:
+    `per_type`) for valid_seen and valid_unseen, by `workers` processes; {split: paths} (see `generate_games`)."""
     if per_type < 0 or (eval_per_type is not None and eval_per_type < 0):
         raise ValueError(f"per_type must be >= 0, got {per_type}")
     eval_n = per_type if eval_per_type is None else eval_per_type
