@@ -261,7 +261,9 @@ class ReplayConfig:
     enabled: bool = False
     capacity: int = _f(8, Ge(1))  # successful episodes kept per task (FIFO)
     max_return: float = _f(10.0, Gt(0))  # the environment's best episode return; scores are returns / max_return
-    success_threshold: float = _f(0.1, SHARE)  # an episode is stored when its score is above this
+    # an episode is stored when its score (in [0, 1]) is above this; below 0, every episode is (tests fill the
+    # buffer that way with a model that wins nothing)
+    success_threshold: float = _f(0.1, Interval(ge=-1, le=1))
     fail_std: float = _f(0.05, Ge(0))  # a group is "all-fail" when its scores' population std is below this...
     fail_mean: float = _f(0.2, SHARE)  # ...and their mean is below this
     importance_correction: bool = False  # PPO ratio against the stored behaviour log-probs (reference: off)
