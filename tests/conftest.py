@@ -41,6 +41,22 @@ def agentrl_cli(
     )
 
 
+def cli_env(cache_dir: Path) -> dict:
+    """The environment of a CLI subprocess started by hand (offline, the session's tiny-model cache)."""
+    return {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
+
+
+def records_by_iteration(run_dir: Path) -> dict[int, dict]:
+    """A run's metrics.jsonl by iteration, without the time/* keys (what two runs of one config share)."""
+    import json
+
+    out = {}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        record = json.loads(line)
+        out[record["iteration"]] = {k: v for k, v in record.items() if not k.startswith("time/")}
+    return out
+
+
 @pytest.fixture
 def run_cli(cache_dir, tmp_path):
     """Run `agentrl ...` in a subprocess from a scratch folder (see `agentrl_cli`)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import cli_env, records_by_iteration
 
 pytestmark = pytest.mark.slow
 
@@ -29,18 +28,6 @@ COMMON = ["+debug=fast", "trainer.iterations=6", "trainer.save_every=2", "traine
 
 def _command(run_dir: Path, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "agentrl.cli", "train", *COMMON, *extra, f"hydra.run.dir={run_dir}"]
-
-
-def _env(cache_dir) -> dict:
-    return {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-
-
-def _records(run_dir: Path) -> dict[int, dict]:
-    out = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        out[record["iteration"]] = {k: v for k, v in record.items() if not k.startswith("time/")}
-    return out
 
 
 def _kill_after_a_checkpoint(command, env, run_dir: Path, cwd: Path) -> None:
@@ -65,7 +52,7 @@ def _kill_after_a_checkpoint(command, env, run_dir: Path, cwd: Path) -> None:
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_killed_and_resumed_run_matches_an_uninterrupted_one(name, cache_dir, tmp_path):
-    env = _env(cache_dir)
+    env = cli_env(cache_dir)
     extra = ALGORITHMS[name]
     straight = tmp_path / "straight"
     done = subprocess.run(_command(straight, extra), env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -87,7 +74,7 @@ def test_killed_and_resumed_run_matches_an_uninterrupted_one(name, cache_dir, tm
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "resuming from" in resumed.stdout
 
-    expected, got = _records(straight), _records(killed)
+    expected, got = records_by_iteration(straight), records_by_iteration(killed)
     assert sorted(got) == sorted(expected) == list(range(1, 7))  # no iteration lost or logged twice
     for iteration in range(1, 7):
         assert got[iteration] == expected[iteration], f"iteration {iteration} differs after the resume"

@@ -7,7 +7,6 @@ takes the ranks with it, and the resume matches too."""
 from __future__ import annotations
 
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.checkpoints import problem
-from tests.conftest import REPO
+from tests.conftest import cli_env, records_by_iteration
 
 pytestmark = pytest.mark.slow
 
@@ -27,20 +26,8 @@ ALGORITHMS = {"grpo": ["+algo=grpo"], "gigpo": ["+algo=gigpo"]}
 DDP = ["hardware=cpu_ddp", "trainer.tasks_per_iteration=4"]
 
 
-def _env(cache_dir) -> dict:
-    return {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
-
-
 def _command(run_dir: Path, extra: list[str]) -> list[str]:
     return [sys.executable, "-m", "agentrl.cli", "train", *COMMON, *extra, f"hydra.run.dir={run_dir}"]
-
-
-def _records(run_dir: Path) -> dict[int, dict]:
-    out = {}
-    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
-        record = json.loads(line)
-        out[record["iteration"]] = {k: v for k, v in record.items() if not k.startswith("time/")}
-    return out
 
 
 def _logged(run_dir: Path) -> int:
@@ -93,10 +80,10 @@ def straight(cache_dir, tmp_path_factory):
         if name not in made:
             run_dir = tmp_path_factory.mktemp(f"straight-{name}") / "r"
             done = subprocess.run(
-                _command(run_dir, extra), env=_env(cache_dir), cwd=run_dir.parent, capture_output=True, text=True
+                _command(run_dir, extra), env=cli_env(cache_dir), cwd=run_dir.parent, capture_output=True, text=True
             )
             assert done.returncode == 0, done.stderr[-3000:]
-            made[name] = _records(run_dir)
+            made[name] = records_by_iteration(run_dir)
         return made[name]
 
     return get
@@ -113,7 +100,7 @@ def _stop_line(err: str) -> str:
     ids=["grpo-SIGTERM", "gigpo-SIGTERM", "grpo-SIGINT"],
 )
 def test_stopped_by_a_signal_then_resumed_matches_an_uninterrupted_run(name, signum, straight, cache_dir, tmp_path):
-    env, extra = _env(cache_dir), ALGORITHMS[name]
+    env, extra = cli_env(cache_dir), ALGORITHMS[name]
     run_dir = tmp_path / "stopped"
     code, err, stop_s = _signal_at(_command(run_dir, extra), env, run_dir, tmp_path, [signum])
     assert code == 128 + signum, err[-3000:]
@@ -126,12 +113,14 @@ def test_stopped_by_a_signal_then_resumed_matches_an_uninterrupted_run(name, sig
     assert problem(run_dir / "checkpoints" / f"checkpoint-{stopped_at}") is None, "the stop's checkpoint is complete"
     assert (run_dir / "checkpoints" / "last").resolve().name == f"checkpoint-{stopped_at}"
     assert not (run_dir / "checkpoints" / f"checkpoint-{stopped_at}" / "training_args.bin").exists()
-    assert sorted(_records(run_dir)) == list(range(1, stopped_at + 1)), "the stop finishes its iteration and logs it"
+    assert sorted(records_by_iteration(run_dir)) == list(range(1, stopped_at + 1)), (
+        "the stop finishes its iteration and logs it"
+    )
 
     resumed, resume_s = _resume(line, env, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"(iteration {stopped_at})" in resumed.stdout
-    expected, got = straight(name, extra), _records(run_dir)
+    expected, got = straight(name, extra), records_by_iteration(run_dir)
     assert sorted(got) == sorted(expected) == list(range(1, 7))
     for iteration in range(1, 7):
         assert got[iteration] == expected[iteration], f"iteration {iteration} differs after the resume"
@@ -139,7 +128,7 @@ def test_stopped_by_a_signal_then_resumed_matches_an_uninterrupted_run(name, sig
 
 
 def test_a_second_ctrl_c_stops_at_once_with_the_last_checkpoint_intact(straight, cache_dir, tmp_path):
-    env, extra = _env(cache_dir), ALGORITHMS["grpo"]
+    env, extra = cli_env(cache_dir), ALGORITHMS["grpo"]
     run_dir = tmp_path / "interrupted"
     code, err, stop_s = _signal_at(
         _command(run_dir, extra), env, run_dir, tmp_path, [signal.SIGINT, signal.SIGINT], after=5, gap=0.05
@@ -152,12 +141,12 @@ def test_a_second_ctrl_c_stops_at_once_with_the_last_checkpoint_intact(straight,
     assert problem(last) is None and str(last) in line
     resumed, _ = _resume(line, env, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _records(run_dir) == straight("grpo", extra)
+    assert records_by_iteration(run_dir) == straight("grpo", extra)
     print(f"second SIGINT: signal to exit {stop_s:.1f} s")
 
 
 def test_two_ranks_stop_together_on_ctrl_c_and_resume(straight, cache_dir, tmp_path):
-    env, extra = _env(cache_dir), [*ALGORITHMS["grpo"], *DDP]
+    env, extra = cli_env(cache_dir), [*ALGORITHMS["grpo"], *DDP]
     run_dir = tmp_path / "ddp-stopped"
     code, err, stop_s = _signal_at(_command(run_dir, extra), env, run_dir, tmp_path, [signal.SIGINT], after=2)
     assert code == 130, err[-3000:]
@@ -168,7 +157,7 @@ def test_two_ranks_stop_together_on_ctrl_c_and_resume(straight, cache_dir, tmp_p
     assert problem(checkpoint) is None and (checkpoint / "agentrl_state_rank1.json").is_file(), "both ranks saved"
     resumed, resume_s = _resume(line, env, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _records(run_dir) == straight("grpo-ddp", extra)
+    assert records_by_iteration(run_dir) == straight("grpo-ddp", extra)
     print(f"two ranks SIGINT: signal to exit {stop_s:.1f} s, resume to the end {resume_s:.1f} s")
 
 
@@ -188,7 +177,7 @@ def _rank_processes(run_dir: Path) -> list[int]:
 def test_two_ranks_follow_a_killed_launcher_and_resume(straight, cache_dir, tmp_path):
     if not Path("/proc/self").is_dir():
         pytest.skip("finds the rank processes through /proc")
-    env, extra = _env(cache_dir), [*ALGORITHMS["grpo"], *DDP]
+    env, extra = cli_env(cache_dir), [*ALGORITHMS["grpo"], *DDP]
     run_dir = tmp_path / "ddp-killed"
     code, err, _ = _signal_at(_command(run_dir, extra), env, run_dir, tmp_path, [signal.SIGKILL], after=5)
     assert code == -signal.SIGKILL
@@ -201,4 +190,4 @@ def test_two_ranks_follow_a_killed_launcher_and_resume(straight, cache_dir, tmp_
         _command(run_dir, [*extra, "trainer.resume=auto"]), env=env, cwd=tmp_path, capture_output=True, text=True
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert _records(run_dir) == straight("grpo-ddp", extra)
+    assert records_by_iteration(run_dir) == straight("grpo-ddp", extra)
