@@ -174,7 +174,7 @@ def evaluate_from_config(cfg: Any) -> float:
             max_steps=env_cfg.max_steps,
             pool=pool,
             keep_transcripts=True,
-            on_turn=lambda turn, _: phase.advance(turn - phase.done),
+            on_turn=phase.reach,
         )
     metrics = summarize(batch, "eval")
     _print_table(metrics)
@@ -207,18 +207,21 @@ def _checkpoint_policy(
 
 def _env_of_checkpoint(trained: Any | None, cfg: Any) -> Any:
     """The training run's env config, unless env=... or env.* was given on the command line."""
+
+    overridden = any(k == "env" or k.startswith("env.") for k in _command_line_keys())
+    return cfg.env if overridden or trained is None else trained.env
+
+
+def _command_line_keys() -> list[str]:
+    """The keys the command line set (`+eval.num_tasks=100` gives "eval.num_tasks", `env=alfworld` "env")."""
     from hydra.core.hydra_config import HydraConfig
 
-    overridden = any(o.lstrip("+~").startswith("env") for o in HydraConfig.get().overrides.task)
-    return cfg.env if overridden or trained is None else trained.env
+    return [o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task]
 
 
 def _given(section: str) -> set[str]:
     """The keys of `section` set on the command line (`eval.num_tasks=100` gives "num_tasks")."""
-    from hydra.core.hydra_config import HydraConfig
-
-    keys = (o.lstrip("+~").split("=", 1)[0] for o in HydraConfig.get().overrides.task)
-    return {k.split(".", 1)[1].split(".", 1)[0] for k in keys if k.startswith(section + ".")}
+    return {k.split(".", 1)[1].split(".", 1)[0] for k in _command_line_keys() if k.startswith(section + ".")}
 
 
 def eval_of_run(eval_cfg: Any, run_eval: Any | None, given: set[str]) -> tuple[Any, dict[str, str]]:

@@ -84,6 +84,10 @@ class Phase:
             if self.done < self.total:
                 self._line(now)
 
+    def reach(self, done: int, *_: Any) -> None:
+        """Advance to `done` units (`collect`'s `on_turn(turn, limit)` hook takes it as it is)."""
+        self.advance(done - self.done)
+
     def _line(self, now: float, closing: str = "") -> None:
         self._last_line = now
         share = f" ({100 * self.done // max(self.total, 1)}%)"

@@ -123,7 +123,6 @@ def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int,
         make_pool(suite.make_env, workers, env_cfg.step_timeout_s) as pool,
         Phase(f"{doing} ({episodes} episodes in lockstep), turn", limit) as phase,
     ):
-        advance = lambda turn, _: phase.advance(turn - phase.done)  # noqa: E731
         # An engine with a process per episode (ScienceWorld's JVMs) says how many episodes may be live at once
         # (`max_live_episodes`): the episodes are then played that many at a time, on the same slots.
         live = getattr(suite, "max_live_episodes", None) or len(tasks)
@@ -136,7 +135,7 @@ def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int,
                 spec,
                 max_steps=env_cfg.max_steps,
                 pool=pool,
-                on_turn=advance if i == 0 else None,  # the progress line follows the first batch
+                on_turn=phase.reach if i == 0 else None,  # the progress line follows the first batch
             )
             for i in range(0, len(tasks), live)
         ]
