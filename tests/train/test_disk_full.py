@@ -14,7 +14,8 @@ import sys
 import pytest
 
 from agentrl.checkpoints import problem
-from tests.train.test_resume import COMMON, _command, _env, _records
+from tests.conftest import cli_env, records_by_iteration
+from tests.train.test_resume import COMMON, _command
 
 pytestmark = pytest.mark.slow
 
@@ -35,7 +36,7 @@ app()
 
 def test_a_full_disk_keeps_the_previous_checkpoint_and_the_run_resumes(cache_dir, tmp_path):
     assert "trainer.save_every=2" in COMMON
-    env, extra = _env(cache_dir), ["+algo=grpo"]
+    env, extra = cli_env(cache_dir), ["+algo=grpo"]
     straight = tmp_path / "straight"
     done = subprocess.run(_command(straight, extra), env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -63,4 +64,4 @@ def test_a_full_disk_keeps_the_previous_checkpoint_and_the_run_resumes(cache_dir
     )
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "(iteration 2)" in resumed.stdout
-    assert _records(run_dir) == _records(straight)
+    assert records_by_iteration(run_dir) == records_by_iteration(straight)

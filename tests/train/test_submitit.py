@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.train.test_resume import _command, _env, _records
+from tests.conftest import cli_env, records_by_iteration
+from tests.train.test_resume import _command
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ def _job_process(sweep: Path) -> int | None:
 def test_a_preempted_job_checkpoints_is_requeued_and_resumes(cache_dir, tmp_path):
     if not Path("/proc/self").is_dir():
         pytest.skip("finds the submitit task through /proc")
-    env, extra = _env(cache_dir), ["+algo=grpo"]
+    env, extra = cli_env(cache_dir), ["+algo=grpo"]
     straight = tmp_path / "straight"
     done = subprocess.run(_command(straight, extra), env=env, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -78,7 +79,7 @@ def test_a_preempted_job_checkpoints_is_requeued_and_resumes(cache_dir, tmp_path
     )
     assert "stopped on SIGUSR2 after iteration" in logs, logs[-3000:]
     assert "Requeued job" in logs and "resuming from" in logs, logs[-3000:]
-    assert _records(sweep / "0") == _records(straight)
+    assert records_by_iteration(sweep / "0") == records_by_iteration(straight)
 
 
 def test_a_failed_job_under_submitit_fails_the_sweep_and_is_named(run_cli, tmp_path):
