@@ -6,6 +6,7 @@ It sits in the lowest import layer (docs/architecture.md, "Import layers") becau
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from agentrl.errors import UserError
@@ -22,7 +23,26 @@ def config_dir() -> Path:
     )
 
 
+# Characters a value may hold unquoted in a Hydra override: anything else ('=', ',', spaces, brackets, quotes, '$')
+# is grammar there and needs quoting.
+_PLAIN_VALUE = re.compile(r"[A-Za-z0-9_./+:@%-]+")
+
+
+def hydra_value(value: str) -> str:
+    """A value (a path) as a Hydra override takes it: as it is where that is plain text, else quoted (in double
+    quotes where it can be, so that the shell's single quotes around the whole override stay readable)."""
+    if _PLAIN_VALUE.fullmatch(value):
+        return value
+    if '"' not in value and "\\" not in value and "${" not in value:
+        return f'"{value}"'
+    return hydra_quote(value)
+
+
 def hydra_quote(value: str) -> str:
-    """Quote a value (a path) for a Hydra override so that '=', ',' or spaces in it stay text."""
-    escaped = value.replace("\\", "\\\\").replace("'", "\\'")
+    """Quote a value (a path) for a Hydra override so that '=', ',' or spaces in it stay text.
+
+    Inside Hydra's quotes a backslash is literal unless it comes before a quote or the closing quote: those
+    backslashes are doubled, and the quote itself escaped."""
+    escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
+    escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
     return f"'{escaped}'"

@@ -49,6 +49,14 @@ class Policy(Protocol):
     def act(self, turns: list[Turn]) -> list[Reply]: ...
 
 
+# (whether this rank plays another turn) -> (whether any rank does, whether a stop abandons the rollout)
+Lockstep = Callable[[bool], tuple[bool, bool]]
+
+
+class RolloutAbandoned(Exception):
+    """A stop (a signal) came during the rollout: its rows are dropped, the model has not changed."""
+
+
 @dataclass
 class PromptSpec:
     template: str
@@ -158,13 +166,15 @@ def collect(
     pool: EnvPool | None = None,
     keep_transcripts: bool = False,
     on_turn: Callable[[int, int], None] | None = None,
+    lockstep: Lockstep | None = None,
 ) -> StepBatch:
     """Roll out `group_size` episodes of each task in lockstep.
 
     `pool` holds the environments, one slot per episode, and may be reused across
     calls (the trainer keeps one for the whole run); without one, an in-process
     pool is made for this call. `on_turn(turn, limit)` is called after each lockstep
-    turn (progress reports).
+    turn (progress reports). `lockstep` (the trainer's) is asked before each turn and once at the end whether to
+    play on and whether a stop abandons the rollout (`RolloutAbandoned`); with several ranks it asks them all.
     """
     limit = max_steps or suite.max_steps
     own_pool = pool is None
@@ -185,7 +195,10 @@ def collect(
         batch = StepBatch()
         for t in range(limit):
             active = [ep for ep in episodes if not ep.done]
-            if not _keep_going(policy, bool(active)):
+            going = _keep_going(policy, bool(active))
+            if lockstep is not None:
+                going = _agreed(lockstep, going, t)
+            if not going:
                 break
             turns = [_turn(ep, prompt, t) for ep in active]
             replies = policy.act(turns)
@@ -198,6 +211,8 @@ def collect(
                 _record(ep, turn, reply, p, action, outcome, t, t == limit - 1, batch, keep_transcripts)
             if on_turn is not None:
                 on_turn(t + 1, limit)
+        if lockstep is not None:
+            _agreed(lockstep, False, limit)  # a stop that came during the last turn (a generation cut short)
     finally:
         if own_pool:
             pool.close()
@@ -209,6 +224,13 @@ def collect(
     batch.won = [won[e] for e in batch.episode]
     batch.replayed = [False] * len(batch)
     return batch
+
+
+def _agreed(lockstep: Lockstep, going: bool, turn: int) -> bool:
+    going, abandon = lockstep(going)
+    if abandon:
+        raise RolloutAbandoned(f"rollout abandoned at turn {turn}")
+    return going
 
 
 def _keep_going(policy: Policy, local_active: bool) -> bool:

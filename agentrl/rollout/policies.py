@@ -8,6 +8,7 @@ behaviour log-probs of the sampled tokens.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -39,8 +40,17 @@ def chat_prompt_ids(tokenizer, prompt: str, max_tokens: int) -> list[int]:
 class HFPolicy:
     """Samples replies from a causal LM with `model.generate`."""
 
-    def __init__(self, model, tokenizer, sampling: SamplingSpec, eos_token_ids: list[int] | None = None):
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        sampling: SamplingSpec,
+        eos_token_ids: list[int] | None = None,
+        interrupt: Callable[[], bool] | None = None,
+    ):
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
+        # a stop during a long generation ends it at the next token (the collector then drops the rollout)
+        self.interrupt = interrupt
         eos = eos_token_ids or [tokenizer.eos_token_id]
         self.eos_token_ids = [e for e in eos if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
@@ -73,6 +83,7 @@ class HFPolicy:
             pad_token_id=self.pad_id,
             output_scores=True,
             return_dict_in_generate=True,
+            stopping_criteria=_when(self.interrupt),
         )
         if was_training:
             self.model.train()
@@ -86,6 +97,19 @@ class HFPolicy:
             text = self.tokenizer.decode(completion, skip_special_tokens=True)
             replies.append(Reply(text=text, prompt_ids=prompt_ids, completion_ids=completion, logprobs=logprobs))
         return replies
+
+
+def _when(interrupt: Callable[[], bool] | None):
+    """HF stopping criteria that end every sequence once `interrupt()` is true (None without one)."""
+    if interrupt is None:
+        return None
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    class Interrupted(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            return torch.full((input_ids.shape[0],), interrupt(), dtype=torch.bool, device=input_ids.device)
+
+    return StoppingCriteriaList([Interrupted()])
 
 
 def _sampled_logprobs(scores, sampled) -> torch.Tensor:

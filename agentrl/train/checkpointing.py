@@ -12,6 +12,7 @@ run's config is agentrl_config.yaml, and resuming reads only the state files) is
 
 from __future__ import annotations
 
+import copy
 import errno
 import json
 import shutil
@@ -36,6 +37,8 @@ TRAINING_ARGS = "training_args.bin"  # transformers' pickle of its TrainingArgum
 
 
 class CheckpointHooks:
+    saved_iteration: int | None = None  # the iteration of the newest checkpoint this run wrote or resumed from
+
     def agentrl_state(self) -> dict[str, Any]:
         """What TRL's checkpoint lacks: the task stream position, the replay buffer and the entropy history."""
         return {
@@ -48,10 +51,36 @@ class CheckpointHooks:
     def load_agentrl_state(self, checkpoint: Path) -> None:
         """Restore this rank's agentrl state from a checkpoint folder."""
         state = json.loads(agentrl_state_file(checkpoint, self.accelerator.process_index).read_text())
+        self._load_agentrl_parts(state)
+        self.saved_iteration = int(state["iteration"])
+
+    def _load_agentrl_parts(self, state: dict[str, Any]) -> None:
         self.sampler.load_state_dict(state["sampler"])
         for name, part in (("replay", self.replay), ("entropy", self.entropy_reg)):
             if part is not None and state.get(name) is not None:
                 part.load_state_dict(state[name])
+
+    # ------------------------------------------------------------------ a stop during a rollout
+
+    def iteration_start(self) -> dict[str, Any]:
+        """What an iteration's rollout changes before the model does: the RNG streams (sampling) and agentrl's
+        state (the task sampler's position, the replay buffer), copied so that a stop can put them back."""
+        return {"rng": rng_states(), "agentrl": copy.deepcopy(self.agentrl_state())}
+
+    def checkpoint_iteration_start(self, start: dict[str, Any]) -> Path | None:
+        """After a stop abandoned an iteration's rollout: put back the state the iteration began with and make sure
+        the previous iteration's checkpoint is on disk (written now unless this run already wrote or resumed from
+        it). The model and optimizer have not changed since, so it equals the checkpoint that iteration would have
+        written. None before the first iteration: there is nothing to save."""
+        set_rng_states(start["rng"])
+        self._load_agentrl_parts(start["agentrl"])
+        self.iteration_metrics = {}
+        completed = self.state.global_step
+        if completed == 0:
+            return None
+        if self.saved_iteration != completed:  # decided alike on every rank: the save is collective
+            self._save_checkpoint(self.model, trial=None)
+        return Path(self.args.output_dir) / checkpoint_name(completed)
 
     def _get_output_dir(self, trial):
         staging = getattr(self, "_staging_root", None)
@@ -73,6 +102,7 @@ class CheckpointHooks:
             if _is_disk_full(err):
                 raise self._disk_full(root, err) from None
             raise
+        self.saved_iteration = self.state.global_step
 
     def _disk_full(self, root: Path, err: BaseException) -> UserError:
         """One line: which folder is full, how much a checkpoint needs there, and what is still intact."""
@@ -146,6 +176,30 @@ def _without_training_args():
 
     with mock.patch("torch.save", save_but_training_args):
         yield
+
+
+def rng_states() -> dict[str, Any]:
+    """Every RNG stream transformers saves in a checkpoint (`Trainer._save_rng_state`): Python, numpy, torch, CUDA."""
+    import random
+
+    import numpy as np
+
+    states = {"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(states["python"])
+    np.random.set_state(states["numpy"])
+    torch.set_rng_state(states["cpu"])
+    if "cuda" in states:
+        torch.cuda.set_rng_state_all(states["cuda"])
 
 
 def _is_disk_full(err: BaseException) -> bool:

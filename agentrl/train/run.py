@@ -42,7 +42,11 @@ def train(cfg: Any) -> float:
     else:
         (run_dir / stopping.STOP_FILE).unlink(missing_ok=True)
     command = stopping.resume_command(overrides, run_dir)
-    request = stopping.StopRequest(lambda signum: _stopped_at_once(signum, run_dir, command), quiet=not main_rank)
+    request = stopping.StopRequest(
+        lambda signum: _stopped_at_once(signum, run_dir, command),
+        quiet=not main_rank,
+        stop_file=run_dir / stopping.STOP_FILE,
+    )
     request.install()
     try:
         return _train(cfg, run_dir, main_rank, request, command)
@@ -95,10 +99,12 @@ def _train(cfg: Any, run_dir: Path, main_rank: bool, request: Any, command: str)
         tracker=tracker,
         evaluator=evaluator,
         output_dir=run_dir / CHECKPOINTS,
+        stop=request,
+        resume_command=command,
     )
-    trainer.resume_command = command  # for the one line of a full disk
-    stop = stopping.StopCallback(trainer, request, run_dir)
+    stop = stopping.StopCallback(trainer, request)
     trainer.add_callback(stop)
+    abandoned = None
 
     # ---- train
     try:
@@ -112,17 +118,21 @@ def _train(cfg: Any, run_dir: Path, main_rank: bool, request: Any, command: str)
                 stopping.exit_code(request.signum),
             )
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+    except stopping.IterationAbandoned as stopped:  # a stop during a rollout: the checkpoint before it is on disk
+        abandoned = stopped
     finally:
         tracker.close()
         pool.close()
 
     # ---- a stop on a signal: the checkpoint is written; say where, and how to go on
-    if stop.stopped_at is not None:
+    if stop.stopped_at is not None or abandoned is not None:
         signum = stopping.stop_signal(request, run_dir)
-        folder = run_dir / CHECKPOINTS / checkpoint_name(stop.stopped_at)
-        line = (
-            f"stopped on {stopping.signal_name(signum)} after iteration {stop.stopped_at} of {cfg.trainer.iterations}; "
-            f"checkpoint {folder}; resume: {command}"
+        if abandoned is not None:
+            completed, folder = abandoned.completed, abandoned.checkpoint
+        else:
+            completed, folder = stop.stopped_at, run_dir / CHECKPOINTS / checkpoint_name(stop.stopped_at)
+        line = stopping.stop_line(
+            signum, completed, cfg.trainer.iterations, folder, command, abandoned=abandoned is not None
         )
         if distributed.is_rank_process():  # the launching process says it, and exits with the code
             if main_rank:

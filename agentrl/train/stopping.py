@@ -1,8 +1,17 @@
-"""Stopping a run on a signal: finish the iteration, write a checkpoint, say where it stopped and how to resume.
+"""Stopping a run on a signal within a scheduler's grace period: write a checkpoint, say where it stopped and how
+to resume.
 
-- SIGINT (Ctrl-C) or SIGTERM (a scheduler's warning): the iteration in progress finishes, a checkpoint is
-  written, and the run ends with one line (where it stopped, the command that resumes it) and the conventional
-  exit code, 128 + the signal's number (130, 143). A second SIGINT stops at once: the last complete checkpoint
+- SIGINT (Ctrl-C) or SIGTERM (a scheduler's warning) during an iteration's rollout (generation, scoring, the old
+  and reference log-probs) abandons the rollout: the model has not changed since the iteration began, so the run
+  puts back the state the iteration began with (RNG, task sampler, replay buffer, entropy history) and writes the
+  checkpoint of the iteration before at once (or points at it when it is already on disk). Slurm sends SIGKILL a
+  short grace period after its warning, and a rollout of a real model takes minutes: finishing it would lose it.
+- The same signal during the update (its optimizer steps, then any held-out evaluation) lets the update finish,
+  then writes that iteration's checkpoint: an update's steps take seconds to minutes, and the new weights are
+  worth keeping.
+- Either way the run ends with one line (where it stopped, the command that resumes it) and the conventional
+  exit code, 128 + the signal's number (130, 143); the acknowledgement printed when the signal arrives says
+  which of the two is happening. A second SIGINT stops at once: the last complete checkpoint
   is intact, since checkpoints are published whole (agentrl/checkpoints.py). A repeated SIGTERM changes nothing:
   the stop is already under way (Slurm and torchrun repeat theirs).
 - Under submitit (hardware=slurm), its preemption and time-out signal (USR2 by default) stops the run the same
@@ -11,7 +20,8 @@
   hydra_plugins/agentrl_requeue).
 - With several ranks, the process that launched them (train/distributed.py) takes the signal and writes
   STOP_FILE into the run folder; every rank looks for it, or for a signal of its own, at the end of each
-  iteration, and all ranks agree (any rank's request stops them all) so that they stop at the same iteration.
+  lockstep turn of a rollout and at the end of each iteration, and all ranks agree (any rank's request stops them
+  all) so that they abandon the same rollout or stop after the same iteration.
   A rank also stops at once when that launching process has gone (SIGKILL), so that no rank outlives it.
 """
 
@@ -28,6 +38,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+SETUP, ROLLOUT, UPDATE = "setup", "rollout", "update"  # the phases a stop treats differently
 STOP_FILE = ".stop-request"  # <run>/.stop-request: the launching process asks the ranks to stop
 LAUNCHER_PID = "AGENTRL_LAUNCHER_PID"  # set for the ranks: the process whose death ends them
 
@@ -48,18 +59,37 @@ def preemption_signal() -> int | None:
 
 
 def resume_command(overrides: Sequence[str], run_dir: Path) -> str:
-    """`agentrl train <the job's overrides> hydra.run.dir=<run_dir> trainer.resume=auto`."""
-    from agentrl.hydra_paths import hydra_quote
-
-    kept = [o for o in overrides if not o.lstrip("+~").startswith(("trainer.resume=", "hydra.run.dir="))]
-    args = [*kept, f"hydra.run.dir={hydra_quote(str(run_dir))}", "trainer.resume=auto"]
-    return "agentrl train " + " ".join(_shell_quote(a) for a in args)
-
-
-def _shell_quote(arg: str) -> str:
+    """`agentrl train <the job's overrides> hydra.run.dir=<run_dir> trainer.resume=auto`, quoted only where Hydra
+    or the shell needs it (`hydra.run.dir=outputs/run` stays as a person would type it)."""
     import shlex
 
-    return shlex.quote(arg)
+    from agentrl.hydra_paths import hydra_value
+
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(("trainer.resume=", "hydra.run.dir="))]
+    args = [*kept, f"hydra.run.dir={hydra_value(str(run_dir))}", "trainer.resume=auto"]
+    return "agentrl train " + " ".join(shlex.quote(a) for a in args)
+
+
+def stop_line(signum: int, completed: int, total: int, checkpoint: Path | None, command: str, abandoned: bool) -> str:
+    """The one line a stopped run ends with: where it stopped, its checkpoint, and the command that goes on.
+
+    `completed` iterations are in the checkpoint; `abandoned`: the rollout of the next one was dropped."""
+    name = signal_name(signum)
+    if checkpoint is None:  # the first iteration's rollout: nothing has been learned yet
+        return f"stopped on {name} during the first iteration's rollout (nothing to save yet); start again: {command}"
+    dropped = f" (the rollout of iteration {completed + 1} was abandoned)" if abandoned else ""
+    return (
+        f"stopped on {name} after iteration {completed} of {total}{dropped}; checkpoint {checkpoint}; resume: {command}"
+    )
+
+
+class IterationAbandoned(Exception):
+    """Raised out of the trainer when a stop abandoned an iteration's rollout, after the state the iteration began
+    with was put back and checkpointed: `completed` iterations are in `checkpoint` (None before the first)."""
+
+    def __init__(self, completed: int, checkpoint: Path | None):
+        super().__init__(f"rollout of iteration {completed + 1} abandoned")
+        self.completed, self.checkpoint = completed, checkpoint
 
 
 class StopRequest:
@@ -71,8 +101,11 @@ class StopRequest:
         at_once: Callable[[int], str],
         quiet: bool = False,
         on_request: Callable[[int], None] | None = None,
+        stop_file: Path | None = None,
     ):
         self.signum: int | None = None
+        self.stop_file = stop_file  # in a rank: the launching process's request (STOP_FILE)
+        self.phase, self.iteration = SETUP, 0  # what the process is doing: the acknowledgement says what a stop does
         self.at_once = at_once  # the line to print when a second SIGINT ends the process at once
         self.quiet = quiet  # ranks other than rank 0 say nothing
         self.on_request = on_request  # the launching process passes the request on to the ranks
@@ -82,6 +115,30 @@ class StopRequest:
     @property
     def requested(self) -> bool:
         return self.signum is not None
+
+    def wanted(self) -> bool:
+        """A stop was asked for here, or by the process that launched the ranks."""
+        return self.requested or (self.stop_file is not None and self.stop_file.exists())
+
+    def enter(self, phase: str, iteration: int) -> None:
+        """The trainer starts `phase` (ROLLOUT or UPDATE) of `iteration` (1-based)."""
+        self.phase, self.iteration = phase, iteration
+
+    def acknowledgement(self, signum: int) -> str:
+        """The line printed when the signal arrives: what the stop will do from here."""
+        name, n = signal_name(signum), self.iteration
+        if self.on_request is not None:  # the launching process: the ranks decide by their own phase
+            what = "the ranks abandon a rollout in progress, or finish an update in progress, then write a checkpoint"
+        elif self.phase == ROLLOUT and n <= 1:
+            what = "abandoning the first iteration's rollout (nothing to save yet)"
+        elif self.phase == ROLLOUT:
+            what = f"abandoning the rollout of iteration {n} (the model has not changed), writing checkpoint-{n - 1}"
+        elif self.phase == UPDATE:
+            what = f"finishing the update of iteration {n}, then writing a checkpoint"
+        else:
+            what = "stopping before the first iteration"
+        again = "; Ctrl-C again stops at once" if signum == signal.SIGINT else ""
+        return f"{name}: {what}{again}"
 
     def install(self) -> StopRequest:
         if threading.current_thread() is not threading.main_thread():
@@ -106,12 +163,7 @@ class StopRequest:
             if self.on_request is not None:
                 self.on_request(signum)
             if not self.quiet:
-                again = "; Ctrl-C again stops at once" if signum == signal.SIGINT else ""
-                print(
-                    f"{signal_name(signum)}: finishing the current iteration, then writing a checkpoint{again}",
-                    file=sys.stderr,
-                    flush=True,
-                )
+                print(self.acknowledgement(signum), file=sys.stderr, flush=True)
             return
         if signum != signal.SIGINT:
             return  # a repeated SIGTERM (Slurm, torchrun) or preemption signal: the stop is already under way
@@ -132,12 +184,12 @@ class StopCallback(TrainerCallback):
     """At the end of each iteration: when a stop was asked for here or by the launching process (STOP_FILE), on
     any rank, save a checkpoint now and end the training loop."""
 
-    def __init__(self, trainer: Any, request: StopRequest, run_dir: Path):
-        self.trainer, self.request, self.stop_file = trainer, request, run_dir / STOP_FILE
+    def __init__(self, trainer: Any, request: StopRequest):
+        self.trainer, self.request = trainer, request
         self.stopped_at: int | None = None
 
     def on_step_end(self, args, state, control, **kwargs):
-        wanted = self.request.requested or self.stop_file.exists()
+        wanted = self.request.wanted()
         if self.trainer.accelerator.num_processes > 1:
             from agentrl.train.distributed import on_every_rank
 

@@ -33,7 +33,7 @@ from agentrl.algos.entropy import row_weights
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
 from agentrl.errors import UserError
 from agentrl.lora import peft_config
-from agentrl.rollout.collector import PromptSpec, StepBatch, collect
+from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, StepBatch, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 from agentrl.train import iteration
@@ -42,6 +42,7 @@ from agentrl.train.callbacks import IterationCallback
 from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
 from agentrl.train.loss_metrics import LossStats
+from agentrl.train.stopping import ROLLOUT, UPDATE, IterationAbandoned, StopRequest
 from agentrl.train.trl_config import grpo_config, per_device_rows
 from agentrl.train.vllm_hooks import VLLMHooks, engine_construction
 
@@ -52,10 +53,26 @@ def _unused_reward(prompts, completions, **kwargs):
 
 
 class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
-    def __init__(self, *, model, tokenizer, cfg: Any, suite, pool, sampler, tracker, evaluator, output_dir: Path):
+    def __init__(
+        self,
+        *,
+        model,
+        tokenizer,
+        cfg: Any,
+        suite,
+        pool,
+        sampler,
+        tracker,
+        evaluator,
+        output_dir: Path,
+        stop: StopRequest | None = None,
+        resume_command: str | None = None,
+    ):
         from datasets import Dataset
 
         self.cfg, self.suite, self.sampler, self.tracker, self.evaluator = cfg, suite, sampler, tracker, evaluator
+        self.stop = stop if stop is not None else StopRequest(at_once=str)  # none installed: never asks to stop
+        self.resume_command = resume_command  # for the one line of a full disk
         self.prompt_spec = PromptSpec(cfg.env.prompt_template, cfg.env.history_length)
         self.iteration_metrics: dict[str, float] = {}
         self.last_eval: dict[str, float] = {}
@@ -90,7 +107,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         rank, ranks = self.accelerator.process_index, self.accelerator.num_processes
         tasks = iteration.sample_tasks(self.cfg, self.sampler, rank, ranks)
         iteration.record_tasks(Path(self.args.output_dir).parent, number, rank, tasks)
-        batch = self._rollout(tasks, self.cfg.trainer.group_size)
+        batch = self._rollout(tasks, self.cfg.trainer.group_size, lockstep=self._lockstep)
         scored = iteration.score_rollout(self.cfg, batch, self.replay, self.all_ranks, number)
         self.iteration_metrics.update(scored.metrics)
         out = self._to_tensors(scored.batch, scored.advantages)
@@ -107,7 +124,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
 
         return gather_object(list(items))
 
-    def _rollout(self, tasks, group_size: int) -> StepBatch:
+    def _rollout(self, tasks, group_size: int, lockstep: Lockstep | None = None) -> StepBatch:
         cfg = self.cfg
         sampling = SamplingSpec(
             cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens, cfg.rollout.max_prompt_tokens
@@ -115,13 +132,54 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         if self.use_vllm:  # TRL's engine (colocate or server); TRL syncs the weights into it
             policy = TrainerVLLMPolicy(self, sampling, eos_token_ids=self.eos_token_ids)
             return collect(
-                self.suite, tasks, group_size, policy, self.prompt_spec, max_steps=cfg.env.max_steps, pool=self.pool
+                self.suite,
+                tasks,
+                group_size,
+                policy,
+                self.prompt_spec,
+                max_steps=cfg.env.max_steps,
+                pool=self.pool,
+                lockstep=lockstep,
             )
         with unwrap_model_for_generation(self.model_wrapped, self.accelerator) as unwrapped:
-            policy = HFPolicy(unwrapped, self.processing_class, sampling, eos_token_ids=self.eos_token_ids)
+            interrupt = self.stop.wanted if lockstep is not None else None
+            policy = HFPolicy(unwrapped, self.processing_class, sampling, self.eos_token_ids, interrupt=interrupt)
             return collect(
-                self.suite, tasks, group_size, policy, self.prompt_spec, max_steps=cfg.env.max_steps, pool=self.pool
+                self.suite,
+                tasks,
+                group_size,
+                policy,
+                self.prompt_spec,
+                max_steps=cfg.env.max_steps,
+                pool=self.pool,
+                lockstep=lockstep,
             )
+
+    def _lockstep(self, going: bool) -> tuple[bool, bool]:
+        """Before each rollout turn, every rank's say: (whether any rank plays on, whether any asks to stop)."""
+        wanted = self.stop.wanted()
+        if self.accelerator.num_processes == 1:
+            return going, wanted
+        flags = torch.tensor([float(going), float(wanted)], device=self.accelerator.device)
+        flags = self.accelerator.reduce(flags, reduction="sum")
+        return bool(flags[0] > 0), bool(flags[1] > 0)
+
+    def _collect_iteration(self, inputs) -> dict[str, Any]:
+        """The iteration's rollout phase (generation, scoring, the old and reference log-probs).
+
+        A stop during it abandons it (agentrl/train/stopping.py): the state the iteration began with is put back,
+        the previous iteration's checkpoint is made sure of, and `IterationAbandoned` ends the run."""
+        number = self.state.global_step + 1
+        self.stop.enter(ROLLOUT, number)
+        start = self.iteration_start()
+        try:
+            batch = self._generate_and_score_completions(inputs)
+            self.stop.enter(UPDATE, number)  # from here on, a stop lets the update finish
+            if self._lockstep(False)[1]:  # a stop that came during the log-prob passes
+                raise RolloutAbandoned("after the rollout")
+        except RolloutAbandoned:
+            raise IterationAbandoned(number - 1, self.checkpoint_iteration_start(start)) from None
+        return batch
 
     def evaluate(self) -> dict[str, float]:
         """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks."""
@@ -274,7 +332,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         Every step happens here; TRL's own step after this call finds no gradient, so it only advances the
         learning-rate schedule and `global_step` (one per iteration) and logs."""
         model.train()
-        batch = self._generate_and_score_completions(inputs)
+        batch = self._collect_iteration(inputs)
         started = time.time()
         self.loss_stats = LossStats()
         losses, grad_norms, skipped = [], [], 0

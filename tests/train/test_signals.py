@@ -7,6 +7,7 @@ takes the ranks with it, and the resume matches too."""
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -56,17 +57,15 @@ def _signal_at(command, env, run_dir: Path, cwd: Path, signals: list[int], after
 
 
 def _resume(line: str, env, cwd: Path) -> tuple[subprocess.CompletedProcess, float]:
-    """Run the resume command the stop line printed, as a user would paste it."""
-    command = shlex.split(line.split("resume: ", 1)[1])
+    """Run the command the stop line printed through a shell, as a user would paste it."""
+    pasted = line.split("resume: ", 1)[1] if "resume: " in line else line.split("start again: ", 1)[1]
+    command = shlex.split(pasted)
     assert command[:2] == ["agentrl", "train"] and command[-1] == "trainer.resume=auto", command
+    assert "'" not in pasted, f"quoted though neither Hydra nor the shell needs it: {pasted}"
+    path = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # this environment's `agentrl`
     started = time.time()
     done = subprocess.run(
-        [sys.executable, "-m", "agentrl.cli", *command[1:]],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        ["bash", "-c", pasted], env={**env, "PATH": path}, cwd=cwd, capture_output=True, text=True, timeout=900
     )
     return done, time.time() - started
 
@@ -94,37 +93,87 @@ def _stop_line(err: str) -> str:
     return lines[-1]
 
 
-@pytest.mark.parametrize(
-    "name,signum",
-    [("grpo", signal.SIGTERM), ("gigpo", signal.SIGTERM), ("grpo", signal.SIGINT)],
-    ids=["grpo-SIGTERM", "gigpo-SIGTERM", "grpo-SIGINT"],
-)
-def test_stopped_by_a_signal_then_resumed_matches_an_uninterrupted_run(name, signum, straight, cache_dir, tmp_path):
+def _in_phase(run_dir: Path, extra: list[str], phase: str, iteration: int, signum: int) -> list[str]:
+    """The run's command with a signal sent to itself at `phase` of `iteration` (tests/train/signal_in_phase.py)."""
+    script = str(Path(__file__).with_name("signal_in_phase.py"))
+    command = _command(run_dir, extra)
+    return [sys.executable, script, phase, str(iteration), signal.Signals(signum).name, *command[3:]]
+
+
+def _timed(command, env, cwd: Path) -> tuple[int, str, float]:
+    """Run it; (exit code, stderr, seconds from the signal's acknowledgement to the exit)."""
+    proc = subprocess.Popen(command, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines, acknowledged = [], None
+    for line in proc.stderr:
+        lines.append(line)
+        if acknowledged is None and line.startswith(("SIGTERM: ", "SIGINT: ")):
+            acknowledged = time.time()
+    code = proc.wait(timeout=600)
+    return code, "".join(lines), time.time() - (acknowledged or time.time())
+
+
+# (algorithm, signal, phase, iteration): a stop during a rollout puts back the iteration's start and checkpoints the
+# iteration before, at once (iteration 3: checkpoint-2 is written then; iteration 5: checkpoint-4 is already on
+# disk, save_every=4; iteration 1: there is nothing to save); a stop during an update finishes that iteration.
+PHASES = [
+    ("grpo", signal.SIGTERM, "rollout", 3),
+    ("gigpo", signal.SIGTERM, "rollout", 5),
+    ("grpo", signal.SIGINT, "rollout", 1),
+    ("grpo", signal.SIGTERM, "update", 3),
+    ("gigpo", signal.SIGINT, "update", 2),
+]
+
+
+@pytest.mark.parametrize("name,signum,phase,iteration", PHASES, ids=[f"{a}-{s.name}-{p}-{i}" for a, s, p, i in PHASES])
+def test_stopped_by_a_signal_then_resumed_matches_an_uninterrupted_run(
+    name, signum, phase, iteration, straight, cache_dir, tmp_path
+):
     env, extra = cli_env(cache_dir), ALGORITHMS[name]
     run_dir = tmp_path / "stopped"
-    code, err, stop_s = _signal_at(_command(run_dir, extra), env, run_dir, tmp_path, [signum])
+    code, err, stop_s = _timed(_in_phase(run_dir, extra, phase, iteration, signum), env, tmp_path)
     assert code == 128 + signum, err[-3000:]
     assert "Traceback" not in err
-    line = _stop_line(err)
-    name_of = signal.Signals(signum).name
-    assert line.startswith(f"stopped on {name_of} after iteration "), line
-    stopped_at = int(line.split("after iteration ")[1].split()[0])
-    assert 1 <= stopped_at < 6 and f"of 6; checkpoint {run_dir / 'checkpoints' / f'checkpoint-{stopped_at}'};" in line
-    assert problem(run_dir / "checkpoints" / f"checkpoint-{stopped_at}") is None, "the stop's checkpoint is complete"
-    assert (run_dir / "checkpoints" / "last").resolve().name == f"checkpoint-{stopped_at}"
-    assert not (run_dir / "checkpoints" / f"checkpoint-{stopped_at}" / "training_args.bin").exists()
-    assert sorted(records_by_iteration(run_dir)) == list(range(1, stopped_at + 1)), (
-        "the stop finishes its iteration and logs it"
-    )
+    name_of, line = signal.Signals(signum).name, _stop_line(err)
+    if phase == "rollout" and iteration == 1:
+        assert f"{name_of}: abandoning the first iteration's rollout (nothing to save yet)" in err
+        assert line.startswith(f"stopped on {name_of} during the first iteration's rollout (nothing to save yet); "), (
+            line
+        )
+        assert not (run_dir / "checkpoints" / "last").exists()
+        stopped_at = 0
+    elif phase == "rollout":
+        stopped_at = iteration - 1
+        assert (
+            f"{name_of}: abandoning the rollout of iteration {iteration} (the model has not changed), "
+            f"writing checkpoint-{stopped_at}" in err
+        )
+        assert line.startswith(
+            f"stopped on {name_of} after iteration {stopped_at} of 6 (the rollout of iteration {iteration} was "
+            f"abandoned); checkpoint {run_dir / 'checkpoints' / f'checkpoint-{stopped_at}'}; resume: "
+        ), line
+    else:
+        stopped_at = iteration
+        assert f"{name_of}: finishing the update of iteration {iteration}, then writing a checkpoint" in err
+        assert line.startswith(
+            f"stopped on {name_of} after iteration {stopped_at} of 6; "
+            f"checkpoint {run_dir / 'checkpoints' / f'checkpoint-{stopped_at}'}; resume: "
+        ), line
+    if stopped_at:
+        assert problem(run_dir / "checkpoints" / f"checkpoint-{stopped_at}") is None, "the stop's checkpoint is whole"
+        assert (run_dir / "checkpoints" / "last").resolve().name == f"checkpoint-{stopped_at}"
+        assert not (run_dir / "checkpoints" / f"checkpoint-{stopped_at}" / "training_args.bin").exists()
+    logged = sorted(records_by_iteration(run_dir)) if (run_dir / "metrics.jsonl").exists() else []
+    assert logged == list(range(1, stopped_at + 1)), "an update finishes and is logged; an abandoned rollout is not"
 
     resumed, resume_s = _resume(line, env, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"(iteration {stopped_at})" in resumed.stdout
+    if stopped_at:
+        assert f"(iteration {stopped_at})" in resumed.stdout
     expected, got = straight(name, extra), records_by_iteration(run_dir)
     assert sorted(got) == sorted(expected) == list(range(1, 7))
-    for iteration in range(1, 7):
-        assert got[iteration] == expected[iteration], f"iteration {iteration} differs after the resume"
-    print(f"{name} {name_of}: signal to exit {stop_s:.1f} s, resume to the end {resume_s:.1f} s")
+    for number in range(1, 7):
+        assert got[number] == expected[number], f"iteration {number} differs after the resume"
+    print(f"{name} {name_of} in the {phase} of iteration {iteration}: acknowledged to exit {stop_s:.2f} s")
 
 
 def test_a_second_ctrl_c_stops_at_once_with_the_last_checkpoint_intact(straight, cache_dir, tmp_path):
@@ -145,20 +194,32 @@ def test_a_second_ctrl_c_stops_at_once_with_the_last_checkpoint_intact(straight,
     print(f"second SIGINT: signal to exit {stop_s:.1f} s")
 
 
-def test_two_ranks_stop_together_on_ctrl_c_and_resume(straight, cache_dir, tmp_path):
+@pytest.mark.parametrize("phase,iteration", [("rollout", 3), ("update", 2)])
+def test_two_ranks_stop_together_on_ctrl_c_and_resume(phase, iteration, straight, cache_dir, tmp_path):
+    """Rank 0 sends the launching process a SIGINT at the phase (tests/train/signal_hooks/sitecustomize.py); both
+    ranks abandon that rollout, or finish that update, together."""
     env, extra = cli_env(cache_dir), [*ALGORITHMS["grpo"], *DDP]
+    hooks = Path(__file__).with_name("signal_hooks")
+    env = {
+        **env,
+        "PYTHONPATH": f"{hooks}{os.pathsep}{env['PYTHONPATH']}",
+        "AGENTRL_TEST_SIGNAL": f"{phase} {iteration} SIGINT",
+    }
     run_dir = tmp_path / "ddp-stopped"
-    code, err, stop_s = _signal_at(_command(run_dir, extra), env, run_dir, tmp_path, [signal.SIGINT], after=2)
+    code, err, stop_s = _timed(_command(run_dir, extra), env, tmp_path)
     assert code == 130, err[-3000:]
+    assert "SIGINT: the ranks abandon a rollout in progress, or finish an update in progress" in err
     line = _stop_line(err)
-    assert line.startswith("stopped on SIGINT after iteration "), line
-    stopped_at = int(line.split("after iteration ")[1].split()[0])
+    stopped_at = iteration - 1 if phase == "rollout" else iteration
+    abandoned = f" (the rollout of iteration {iteration} was abandoned)" if phase == "rollout" else ""
+    assert line.startswith(f"stopped on SIGINT after iteration {stopped_at} of 6{abandoned}; "), line
     checkpoint = run_dir / "checkpoints" / f"checkpoint-{stopped_at}"
     assert problem(checkpoint) is None and (checkpoint / "agentrl_state_rank1.json").is_file(), "both ranks saved"
-    resumed, resume_s = _resume(line, env, tmp_path)
+    assert sorted(records_by_iteration(run_dir)) == list(range(1, stopped_at + 1))
+    resumed, resume_s = _resume(line, cli_env(cache_dir), tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert records_by_iteration(run_dir) == straight("grpo-ddp", extra)
-    print(f"two ranks SIGINT: signal to exit {stop_s:.1f} s, resume to the end {resume_s:.1f} s")
+    print(f"two ranks SIGINT in the {phase}: acknowledged to exit {stop_s:.1f} s, resume to the end {resume_s:.1f} s")
 
 
 def _rank_processes(run_dir: Path) -> list[int]:
