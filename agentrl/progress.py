@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 TAG = "[agentrl]"
 HEARTBEAT_S = 60.0  # in plain logs, a line at least this often while an iteration runs
+MIN_GAP_S = 5.0  # in plain logs, a phase's progress lines come no more often than this (a short phase: none)
 
 
 def terminal(stream: TextIO | None = None) -> bool:
@@ -48,11 +49,20 @@ def plain_line(what: str, stream: TextIO | None = None, **fields: Any) -> None:
 class Phase:
     """A long step of `total` units: `with Phase("generating games", 36) as phase: ... phase.advance()`.
 
-    On a terminal, a transient rich bar; otherwise a line at the start, at every tenth of the way (or every
-    `heartbeat_s`, whichever comes first) and at the end, with the time taken."""
+    On a terminal, a transient rich bar. Otherwise plain lines that stay few: the `done` line at the end, with the
+    time taken; before it, while the phase runs, a line at a new tenth of the way, at most one every `min_gap_s`
+    (so a phase that ends within that prints only its `done` line), and one every `heartbeat_s` at least."""
 
-    def __init__(self, description: str, total: int, stream: TextIO | None = None, heartbeat_s: float = HEARTBEAT_S):
+    def __init__(
+        self,
+        description: str,
+        total: int,
+        stream: TextIO | None = None,
+        heartbeat_s: float = HEARTBEAT_S,
+        min_gap_s: float = MIN_GAP_S,
+    ):
         self.description, self.total, self.stream, self.heartbeat_s = description, max(total, 0), stream, heartbeat_s
+        self.min_gap_s = min_gap_s
         self.done, self.note = 0, ""
         self._bar = self._task = None
 
@@ -66,8 +76,6 @@ class Phase:
             self._bar = Progress(transient=True, console=Console(file=self.stream) if self.stream else None)
             self._bar.start()
             self._task = self._bar.add_task(self.description, total=self.total)
-        else:
-            plain_line(f"{self.description}: 0/{self.total}", self.stream)
         return self
 
     def advance(self, units: int = 1, note: str = "") -> None:
@@ -79,7 +87,8 @@ class Phase:
             return
         now = time.monotonic()
         tenth = self.done * 10 // max(self.total, 1)
-        if tenth >= self._next_tenth or now - self._last_line >= self.heartbeat_s:
+        since = now - self._last_line
+        if (tenth >= self._next_tenth and since >= self.min_gap_s) or since >= self.heartbeat_s:
             self._next_tenth = tenth + 1
             if self.done < self.total:
                 self._line(now)

@@ -64,16 +64,39 @@ def test_a_slow_start_says_it_is_starting():
     assert out.getvalue().splitlines()[0].startswith("[agentrl] train starting running=0:00:0")
 
 
-def test_a_plain_phase_says_what_it_does_and_how_far_along_it_is():
+def test_a_short_plain_phase_prints_only_its_done_line():
     out = io.StringIO()
-    with Phase("tiny model: warm-up step", 20, stream=out, heartbeat_s=3600) as phase:
+    with Phase("tiny model: checking its replies", 10, stream=out) as phase:
+        for turn in range(10):
+            phase.advance()
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("[agentrl] tiny model: checking its replies: 10/10 (100%) done")
+
+
+def test_a_long_plain_phase_prints_at_most_every_tenth_and_every_few_seconds(monkeypatch):
+    """One unit a second for 20 units: tenths come every 2 s, lines at most every 5 s, then the done line."""
+    now = [1000.0]
+    monkeypatch.setattr("agentrl.progress.time.monotonic", lambda: now[0])
+    out = io.StringIO()
+    with Phase("tiny model: warm-up step", 20, stream=out, heartbeat_s=3600, min_gap_s=5) as phase:
         for step in range(20):
+            now[0] += 1
             phase.advance(note=f"loss {1 / (step + 1):.3f}")
     lines = out.getvalue().splitlines()
-    assert lines[0] == "[agentrl] tiny model: warm-up step: 0/20"
-    assert re.match(r"^\[agentrl\] tiny model: warm-up step: 2/20 \(10%\) elapsed=0:00:00 \| loss 0\.500$", lines[1])
-    assert len(lines) == 11  # the start, one per tenth until the last, the end
-    assert lines[-1].startswith("[agentrl] tiny model: warm-up step: 20/20 (100%) done elapsed=")
+    assert lines[0] == "[agentrl] tiny model: warm-up step: 5/20 (25%) elapsed=0:00:05 | loss 0.200"
+    assert [line.split(": ")[2].split()[0] for line in lines] == ["5/20", "10/20", "15/20", "20/20"]
+    assert lines[-1] == "[agentrl] tiny model: warm-up step: 20/20 (100%) done elapsed=0:00:20"
+
+
+def test_a_slow_plain_phase_still_says_it_is_alive(monkeypatch):
+    """A unit that takes longer than the heartbeat gets a line even within a tenth."""
+    now = [0.0]
+    monkeypatch.setattr("agentrl.progress.time.monotonic", lambda: now[0])
+    out = io.StringIO()
+    with Phase("games", 100, stream=out, heartbeat_s=60, min_gap_s=5) as phase:
+        now[0] += 61
+        phase.advance()
+    assert out.getvalue().splitlines()[0] == "[agentrl] games: 1/100 (1%) elapsed=0:01:01"
 
 
 def test_a_failed_phase_does_not_claim_to_be_done():
