@@ -26,6 +26,7 @@ import yaml
 
 from agentrl import metrics_log
 from agentrl.errors import UserError
+from agentrl.plots import write_file
 
 DEFAULT_METRIC = "eval/success"
 METRICS = metrics_log.FILENAME
@@ -351,17 +352,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
 def write_report_json(report: Report, path: Path, plot: Path | None = None) -> Path:
     path = Path(path)
     text = json.dumps(report_dict(report, plot), indent=2, allow_nan=False, default=str) + "\n"
-    return _write(path, path.write_text, text)
-
-
-def _write(path: Path, write, *args) -> Path:
-    """`write(*args)` into `path`, its folder made first; a one-line error where it cannot be written."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        write(*args)
-    except OSError as err:
-        raise UserError(f"cannot write {path}: {err.strerror or err}; choose another place with --out") from err
-    return path
+    return write_file(path, path.write_text, text)
 
 
 def plot_curves(report: Report, out: Path) -> Path:
@@ -395,4 +386,4 @@ def plot_curves(report: Report, out: Path) -> Path:
         fig.suptitle("\n".join(textwrap.wrap("shared: " + " ".join(report.shared), 110)), fontsize="x-small")
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize="small", loc="best")
-    return _write(out, fig.savefig, out)
+    return write_file(out, fig.savefig, out)

@@ -18,7 +18,7 @@ PACKAGE = REPO / "agentrl"
 
 # docs/architecture.md, "Import layers": the first layer is the lowest
 LAYERS = [
-    {"errors", "cache", "ranks", "checkpoints", "metrics_log", "hydra_paths", "progress"},
+    {"errors", "cache", "ranks", "checkpoints", "metrics_log", "hydra_paths", "progress", "plots"},
     {"algos"},
     {"envs"},
     {"rollout"},

@@ -67,7 +67,7 @@ def test_a_slow_start_says_it_is_starting():
 def test_a_short_plain_phase_prints_only_its_done_line():
     out = io.StringIO()
     with Phase("tiny model: checking its replies", 10, stream=out) as phase:
-        for turn in range(10):
+        for _ in range(10):
             phase.advance()
     lines = out.getvalue().splitlines()
     assert len(lines) == 1 and lines[0].startswith("[agentrl] tiny model: checking its replies: 10/10 (100%) done")
@@ -115,6 +115,9 @@ def test_a_training_run_in_a_log_writes_one_line_per_iteration(run_cli, tmp_path
     assert lines[0].startswith("[agentrl] train start iterations=3 heldout=")
     assert [TRAIN_LINE.match(line).group(1) for line in lines[1:]] == ["1", "2", "3"]
     assert "━" not in result.stdout  # no rich bar drawn into the log
+    curves = tmp_path / "r" / "curves.png"
+    assert result.stdout.splitlines()[-1].endswith(f" | learning curves {curves}"), "the last line names the picture"
+    assert curves.read_bytes().startswith(b"\x89PNG")
 
 
 @pytest.mark.slow

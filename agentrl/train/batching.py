@@ -126,3 +126,18 @@ def micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
                 if k in micro:
                     micro[k] = micro[k][:, :c_to]
         yield micro
+
+
+def entropy_row_weights(episodes: np.ndarray, tokens: np.ndarray, rows_per_mini_batch: int, entropy: Any) -> np.ndarray:
+    """The entropy term's row weights (`algo.entropy.aggregation`), normalised within each mini-batch of rows in
+    training order: each optimizer step's term is a mean over its own mini-batch."""
+    from agentrl.algos.entropy import row_weights
+
+    aggregation = entropy.aggregation.value
+    parts = [
+        row_weights(
+            episodes[start : start + rows_per_mini_batch], tokens[start : start + rows_per_mini_batch], aggregation
+        )
+        for start in range(0, len(episodes), rows_per_mini_batch)
+    ]
+    return np.concatenate(parts) if parts else np.zeros(0)

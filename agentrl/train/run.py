@@ -15,6 +15,7 @@ from typing import Any
 from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
 from agentrl.errors import Stopped
+from agentrl.plots import plot_run
 
 log = logging.getLogger(__name__)
 
@@ -138,6 +139,8 @@ def _train(cfg: Any, run_dir: Path, main_rank: bool, request: Any, command: str)
             if main_rank:
                 distributed.write_result(run_dir, float("nan"), stopped={"line": line, "signal": signum})
             return float("nan")
+        if main_rank:
+            plot_run(run_dir)  # the curves so far
         request.uninstall()
         request.hand_on_to_submitit(line)  # under submitit, its signal requeues the job (and exits)
         raise Stopped(line, stopping.exit_code(signum))
@@ -149,7 +152,11 @@ def _train(cfg: Any, run_dir: Path, main_rank: bool, request: Any, command: str)
     if distributed.is_rank_process():
         distributed.write_result(run_dir, success)  # for the process that launched the ranks
     log.info("finished: held-out success %.3f; run folder %s", success, run_dir)
-    print(f"held-out success {success:.3f} | run folder {run_dir} | checkpoint {run_dir / CHECKPOINTS / LAST}")
+    curves = plot_run(run_dir)
+    print(
+        f"held-out success {success:.3f} | run folder {run_dir} | checkpoint {run_dir / CHECKPOINTS / LAST}"
+        + (f" | learning curves {curves}" if curves is not None else "")
+    )
     return success
 
 

@@ -29,15 +29,12 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
-from agentrl.algos.entropy import row_weights
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
-from agentrl.errors import UserError
 from agentrl.lora import peft_config
 from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, StepBatch, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
-from agentrl.train import iteration
-from agentrl.train.batching import micro_batches, mini_batch_order, padded_rows, sampled_logps, token_tensors
+from agentrl.train import batching, iteration, update
 from agentrl.train.callbacks import IterationCallback
 from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
@@ -198,15 +195,20 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         """TRL's batch dict: the rows in training order (`mini_batch_order`), then this rank's padding rows
         (see `_rows_to_pad`)."""
         device = self.accelerator.device
-        order = mini_batch_order(batch, self.rows_per_mini_batch())
+        order = batching.mini_batch_order(batch, self.rows_per_mini_batch())
         padding = self._rows_to_pad(len(order))
-        out = token_tensors(batch, order, self.processing_class.pad_token_id, padding)
-        out["advantages"] = padded_rows(advantages[order], padding)
-        out["is_real_row"] = padded_rows(np.ones(len(order)), padding)
+        out = batching.token_tensors(batch, order, self.processing_class.pad_token_id, padding)
+        out["advantages"] = batching.padded_rows(advantages[order], padding)
+        out["is_real_row"] = batching.padded_rows(np.ones(len(order)), padding)
         if self.cfg.algo.replay.importance_correction:
-            out["old_per_token_logps"] = sampled_logps(batch, order, out["completion_ids"].size(1), padding)
+            out["old_per_token_logps"] = batching.sampled_logps(batch, order, out["completion_ids"].size(1), padding)
         if self.entropy_reg is not None:
-            out["entropy_row_weight"] = padded_rows(self._entropy_row_weights(batch, order, out), padding)
+            tokens = out["completion_mask"][: len(order)].sum(dim=1).numpy()
+            episodes = np.asarray(batch.episode)[order]
+            weights = batching.entropy_row_weights(
+                episodes, tokens, self.mini_batch_rows(len(order)), self.cfg.algo.entropy
+            )
+            out["entropy_row_weight"] = batching.padded_rows(weights, padding)
         out = {k: v.to(device) for k, v in out.items()}
         if self.use_vllm and self.vllm_importance_sampling_correction:
             out.update(self._vllm_importance_keys(batch, order, padding, out))
@@ -223,29 +225,13 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
             batch["ref_per_token_logps"] = self._reference_logps(batch)
 
     def rows_per_mini_batch(self) -> int | None:
-        """This rank's share of `trainer.mini_batch_size` (every rank takes an equal share); None: every row."""
-        size = self.cfg.trainer.mini_batch_size
-        return None if size is None else size // self.accelerator.num_processes
+        return update.rows_per_mini_batch(self.cfg.trainer.mini_batch_size, self.accelerator.num_processes)
 
     def mini_batch_rows(self, rows: int) -> int:
-        """The slice length that cuts this rank's `rows` rows into mini-batches (all of them when None)."""
         return self.rows_per_mini_batch() or max(rows, 1)
 
     def optimizer_steps_per_iteration(self, rows: int) -> int:
-        """Mini-batches times epochs, for `rows` rows on this rank (padding included: equal on every rank)."""
-        return max(-(-rows // self.mini_batch_rows(rows)), 1) * self.cfg.trainer.epochs
-
-    def _entropy_row_weights(self, batch: StepBatch, order: list[int], out: dict) -> np.ndarray:
-        """The entropy term's row weights, normalised within each mini-batch (each step's term is a mean)."""
-        tokens = out["completion_mask"][: len(order)].sum(dim=1).numpy()
-        episodes = np.asarray(batch.episode)[order]
-        size = self.mini_batch_rows(len(order))
-        aggregation = self.cfg.algo.entropy.aggregation.value
-        parts = [
-            row_weights(episodes[start : start + size], tokens[start : start + size], aggregation)
-            for start in range(0, len(order), size)
-        ]
-        return np.concatenate(parts) if parts else np.zeros(0)
+        return update.optimizer_steps(rows, self.mini_batch_rows(rows), self.cfg.trainer.epochs)
 
     @torch.no_grad()
     def _old_logps(self, batch: dict[str, Any]) -> torch.Tensor:
@@ -279,7 +265,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
 
     def _logps_of(self, model, batch: dict[str, Any]) -> torch.Tensor:
         chunks = []
-        for micro in micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
+        for micro in batching.micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
             ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], dim=1)
             mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], dim=1)
             logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, mask, micro["completion_ids"].size(1))
@@ -371,35 +357,17 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         return torch.stack(losses).mean()
 
     def _mini_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """Consecutive row slices of `trainer.mini_batch_size / ranks` rows, each with its token and real-row
-        counts over every rank (the loss's denominators). Every rank has as many rows, so as many slices."""
-        minis = list(micro_batches(batch, self.mini_batch_rows(batch["advantages"].shape[0]), trim=False))
-        counts = torch.stack([torch.stack([m["completion_mask"].sum(), m["is_real_row"].sum()]) for m in minis])
-        counts = self.accelerator.reduce(counts.float(), reduction="sum")
-        for mini, (tokens, real_rows) in zip(minis, counts):
-            mini["num_items_in_batch"], mini["num_rows_in_batch"] = tokens, real_rows
-        return minis
+        return update.cut_mini_batches(batch, self.mini_batch_rows(batch["advantages"].shape[0]), self.accelerator)
 
     def _accumulate_gradient(self, model, mini: dict[str, Any]) -> tuple[torch.Tensor, bool]:
-        """Forward and backward passes over one mini-batch's micro-batches; (its loss, whether it is finite)."""
-        total = torch.zeros((), device=self.accelerator.device)
-        finite = True
-        micros = list(micro_batches(mini, self.cfg.trainer.micro_batch_size))
-        for index, micro in enumerate(micros):
-            # DeepSpeed steps inside backward when gradients sync: only after the mini-batch's last micro-batch
-            self.accelerator.gradient_state._set_sync_gradients(index == len(micros) - 1)
-            with self.compute_loss_context_manager():
-                loss = self._compute_loss(model, micro)
-            if not torch.isfinite(loss):
-                finite = False
-                if self.accelerator.num_processes == 1:
-                    break
-                # other ranks are in the middle of the same backward passes (gradient all-reduce):
-                # go on, and let _accept_update throw this update away on every rank
-            self.accelerator.backward(loss)
-            total += loss.detach()
-        self.accelerator.gradient_state._set_sync_gradients(True)
-        return total, finite
+        return update.accumulate_gradient(
+            model,
+            mini,
+            self.cfg.trainer.micro_batch_size,
+            self.accelerator,
+            self._compute_loss,
+            self.compute_loss_context_manager,
+        )
 
     def _update_on(self, model, mini: dict[str, Any], which: str) -> tuple[torch.Tensor, float] | None:
         """One optimizer step on one mini-batch: (its loss, the gradient norm before clipping), or None when the
@@ -415,33 +383,15 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         return loss, grad_norm
 
     def _clipped_grad_norm(self, model) -> float:
-        """Clip the gradient norm (`trainer.max_grad_norm`) as transformers does before its step; the norm before
-        clipping (0 where the engine clips inside its own step and reports none: DeepSpeed)."""
-        grad_norm = self._clip_grad_norm(model) if self.args.max_grad_norm > 0 else None
-        grad_norm = self._get_grad_norm(model, grad_norm=grad_norm)
-        return 0.0 if grad_norm is None else float(grad_norm)
+        return update.clipped_grad_norm(model, self.accelerator, self.args.max_grad_norm)
 
     def _accept_update(self, model, finite: bool, which: str = "") -> bool:
-        """A non-finite advantage, loss or gradient norm skips the update (no gradient reaches the optimizer); too
-        many in a row stop the run."""
-        finite = on_every_rank(self.accelerator, finite)  # every rank skips together
-        if finite:
-            self.nonfinite_in_a_row = 0
-            return True
-        model.zero_grad(set_to_none=True)  # params without a gradient are left alone by the optimizer step
-        self.nonfinite_in_a_row += 1
-        self.nonfinite_total += 1
-        self.iteration_metrics["train/skipped_updates"] = float(self.nonfinite_total)
+        """`update.accept_step` with this run's counts of non-finite updates."""
+        skips = update.Skips(self.nonfinite_in_a_row, self.nonfinite_total)
+        where = f"iteration {self.state.global_step + 1}{', ' + which if which else ''}"
         limit = self.cfg.trainer.max_nonfinite_updates
-        print(
-            f"iteration {self.state.global_step + 1}{', ' + which if which else ''}: non-finite loss, advantage or "
-            "gradient; "
-            "update skipped "
-            f"({self.nonfinite_in_a_row} in a row, limit trainer.max_nonfinite_updates={limit})"
-        )
-        if self.nonfinite_in_a_row >= limit:
-            raise UserError(
-                f"{self.nonfinite_in_a_row} updates in a row had a non-finite loss, advantage or gradient "
-                f"(trainer.max_nonfinite_updates={limit}); the run stops with its last checkpoint intact"
-            )
-        return False
+        accepted = update.accept_step(model, self.accelerator, finite, skips, limit, where)
+        self.nonfinite_in_a_row, self.nonfinite_total = skips.in_a_row, skips.total
+        if not accepted:
+            self.iteration_metrics["train/skipped_updates"] = float(skips.total)
+        return accepted

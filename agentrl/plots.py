@@ -1,0 +1,60 @@
+"""Pictures of runs, drawn with matplotlib's object API (no pyplot: no display, no global state; renders with Agg).
+
+`plot_run` draws one run's learning curves, which every `agentrl train` leaves in its folder as `curves.png`;
+`agentrl report` (agentrl/report.py) draws many runs' curves and writes through `write_file` too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agentrl import metrics_log
+from agentrl.errors import UserError
+
+RUN_PLOT = "curves.png"  # <run>/curves.png
+
+
+def write_file(path: Path, write: Callable[..., Any], *args: Any) -> Path:
+    """`write(*args)` into `path`, its folder made first; a one-line error where it cannot be written."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write(*args)
+    except OSError as err:
+        raise UserError(f"cannot write {path}: {err.strerror or err}; choose another place with --out") from err
+    return path
+
+
+def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    points = [
+        (r["iteration"], r[key]) for r in records if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])
+    ]
+    return [i for i, _ in points], [v for _, v in points]
+
+
+def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
+    """A run's learning curves from its metrics.jsonl: held-out and rollout success on the left, the loss on the
+    right. None when the run logged nothing to draw."""
+    from matplotlib.figure import Figure
+
+    records = metrics_log.read_records(run_dir)
+    if not records:
+        return None
+    out = Path(out) if out is not None else Path(run_dir) / RUN_PLOT
+    fig = Figure(figsize=(10, 4), dpi=110, layout="constrained")
+    success, loss = fig.subplots(1, 2)
+    iterations, values = _series(records, "rollout/success")
+    success.plot(iterations, values, color="C0", linewidth=1, alpha=0.7, label="rollout success")
+    iterations, values = _series(records, "eval/success")
+    success.plot(iterations, values, color="C1", marker="o", markersize=4, label="held-out success")
+    success.set(xlabel="iteration", ylabel="success", ylim=(-0.02, 1.02), title="success")
+    success.legend(fontsize="small", loc="best")
+    iterations, values = _series(records, "train/loss")
+    loss.plot(iterations, values, color="C2", linewidth=1)
+    loss.set(xlabel="iteration", ylabel="train/loss", title="loss")
+    for ax in (success, loss):
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(str(run_dir), fontsize="small")
+    return write_file(out, fig.savefig, out)

@@ -1,0 +1,114 @@
+"""One iteration's optimizer updates as plain functions, on verl's schedule (`update_policy`):
+
+    cut_mini_batches(batch)            consecutive row slices, each with its token and row counts over every rank
+    for each mini-batch and epoch:
+        accumulate_gradient(...)       the micro-batch loop: forward, the loss, backward
+        clipped_grad_norm(...)         the norm before clipping (collective)
+        accept or skip                 a non-finite loss or gradient skips the step (AgentTrainer._accept_update)
+        optimizer.step()
+
+Each function takes what it uses (model, accelerator, batch, config values) and nothing else; the trainer
+(agentrl/train/trainer.py) calls them from `training_step`; its `_compute_loss` assembles one micro-batch's loss
+from agentrl/algos/policy_loss.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from agentrl.errors import UserError
+from agentrl.train.batching import micro_batches
+from agentrl.train.distributed import on_every_rank
+
+
+def rows_per_mini_batch(mini_batch_size: int | None, ranks: int) -> int | None:
+    """This rank's share of `trainer.mini_batch_size` (every rank takes an equal share); None: every row."""
+    return None if mini_batch_size is None else mini_batch_size // ranks
+
+
+def optimizer_steps(rows: int, mini_batch_rows: int, epochs: int) -> int:
+    """Mini-batches times epochs, for `rows` rows on this rank (padding included: equal on every rank), cut into
+    slices of `mini_batch_rows` (all the rows when `trainer.mini_batch_size` is null)."""
+    return max(-(-rows // mini_batch_rows), 1) * epochs
+
+
+def cut_mini_batches(batch: dict[str, Any], rows: int, accelerator) -> list[dict[str, Any]]:
+    """Consecutive slices of `rows` rows (this rank's share of `trainer.mini_batch_size`), each with its token and
+    real-row counts over every rank: the loss's denominators. Every rank has as many rows, so as many slices."""
+    minis = list(micro_batches(batch, rows, trim=False))
+    counts = torch.stack([torch.stack([m["completion_mask"].sum(), m["is_real_row"].sum()]) for m in minis])
+    counts = accelerator.reduce(counts.float(), reduction="sum")
+    for mini, (tokens, real_rows) in zip(minis, counts):
+        mini["num_items_in_batch"], mini["num_rows_in_batch"] = tokens, real_rows
+    return minis
+
+
+def accumulate_gradient(
+    model,
+    mini: dict[str, Any],
+    micro_batch_size: int | None,
+    accelerator,
+    loss_of: Callable[[Any, dict[str, Any]], torch.Tensor],
+    loss_context: Callable[[], AbstractContextManager],
+) -> tuple[torch.Tensor, bool]:
+    """Forward and backward passes over one mini-batch's micro-batches: (its loss, whether it is finite)."""
+    total = torch.zeros((), device=accelerator.device)
+    finite = True
+    micros = list(micro_batches(mini, micro_batch_size))
+    for index, micro in enumerate(micros):
+        # DeepSpeed steps inside backward when gradients sync: only after the mini-batch's last micro-batch.
+        # accelerate (1.x) has no public setter outside its own accumulate() context, whose step counting assumes
+        # equal micro-steps per optimizer step; this private one is the only one agentrl calls.
+        accelerator.gradient_state._set_sync_gradients(index == len(micros) - 1)
+        with loss_context():
+            loss = loss_of(model, micro)
+        if not torch.isfinite(loss):
+            finite = False
+            if accelerator.num_processes == 1:
+                break
+            # other ranks are in the middle of the same backward passes (gradient all-reduce):
+            # go on, and let the accept/skip decision throw this update away on every rank
+        accelerator.backward(loss)
+        total += loss.detach()
+    accelerator.gradient_state._set_sync_gradients(True)
+    return total, finite
+
+
+def clipped_grad_norm(model, accelerator, max_grad_norm: float) -> float:
+    """Clip the gradient norm to `max_grad_norm` (none when <= 0) as transformers does before its step; the norm
+    before clipping (0 where the engine clips inside its own step and reports none: DeepSpeed). Collective."""
+    norm = accelerator.clip_grad_norm_(model.parameters(), max_grad_norm if max_grad_norm > 0 else float("inf"))
+    return 0.0 if norm is None else float(norm)
+
+
+@dataclass
+class Skips:
+    in_a_row: int = 0  # non-finite updates since the last accepted one
+    total: int = 0
+
+
+def accept_step(model, accelerator, finite: bool, skips: Skips, limit: int, where: str) -> bool:
+    """The accept/skip decision: a non-finite advantage, loss or gradient norm on any rank skips the update on every
+    rank (the gradients are dropped, so the optimizer step has nothing to apply); `limit` in a row stop the run."""
+    finite = on_every_rank(accelerator, finite)
+    if finite:
+        skips.in_a_row = 0
+        return True
+    model.zero_grad(set_to_none=True)  # params without a gradient are left alone by the optimizer step
+    skips.in_a_row += 1
+    skips.total += 1
+    print(
+        f"{where}: non-finite loss, advantage or gradient; update skipped "
+        f"({skips.in_a_row} in a row, limit trainer.max_nonfinite_updates={limit})"
+    )
+    if skips.in_a_row >= limit:
+        raise UserError(
+            f"{skips.in_a_row} updates in a row had a non-finite loss, advantage or gradient "
+            f"(trainer.max_nonfinite_updates={limit}); the run stops with its last checkpoint intact"
+        )
+    return False
