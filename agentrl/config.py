@@ -42,7 +42,7 @@ class EpisodeStats(str, Enum):
 
 
 class Estimator(str, Enum):
-    """The advantage estimator (agentrl/algos/advantages.py)."""
+    """The advantage estimator (agentrl/algos/grpo.py: grpo, rloo; agentrl/algos/gigpo.py: gigpo)."""
 
     grpo = "grpo"
     gigpo = "gigpo"
