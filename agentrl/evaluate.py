@@ -123,7 +123,7 @@ def evaluate_from_config(cfg: Any) -> float:
     hf_logging.disable_progress_bar()
     checkpoint = None
     env_cfg = cfg.env
-    if cfg.policy.value == "checkpoint":
+    if plain_value(cfg.policy) == "checkpoint":
         if not cfg.checkpoint:
             raise UserError("give a checkpoint (agentrl eval outputs/<run>) or --random for the baseline")
         checkpoint = resolve_checkpoint(cfg.checkpoint)
@@ -200,7 +200,7 @@ def _checkpoint_policy(
     from agentrl.rollout.policies import HFPolicy
 
     model, tokenizer = lora.load_checkpoint(
-        checkpoint, cfg.hardware.precision.value, cfg.hardware.device.value, trained
+        checkpoint, plain_value(cfg.hardware.precision), plain_value(cfg.hardware.device), trained
     )
     return HFPolicy(model, tokenizer, sampling)
 

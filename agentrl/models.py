@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from agentrl.config import plain_value
 from agentrl.errors import UserError, first_line
 
 # How a tokenizer trained with `tokenizers` saves itself (transformers 4: PreTrainedTokenizerFast,
@@ -76,7 +77,7 @@ def load_model(source: str, precision: str = "fp32", device: str = "cpu"):
 
 def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
     """(model, tokenizer) for `model=...` on `hardware=...`."""
-    if hardware_cfg.device.value == "cuda":
+    if plain_value(hardware_cfg.device) == "cuda":
         import torch
 
         if not torch.cuda.is_available():
@@ -88,7 +89,7 @@ def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
         torch.backends.cuda.enable_cudnn_sdp(False)
     source = resolve_model_source(model_cfg, env_cfg)
     tokenizer = load_tokenizer(source)
-    model = load_model(source, hardware_cfg.precision.value, hardware_cfg.device.value)
+    model = load_model(source, plain_value(hardware_cfg.precision), plain_value(hardware_cfg.device))
     return model, tokenizer
 
 

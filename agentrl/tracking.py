@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import metrics_log
+from agentrl.config import plain_value
 from agentrl.progress import TrainProgress
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class Tracker:
         self.heldout_at: int | None = None  # the iteration of the latest held-out evaluation
 
     def _start_wandb(self, cfg: Any, group: str | None, job_name: str | None):
-        mode = cfg.logger.wandb_mode.value
+        mode = plain_value(cfg.logger.wandb_mode)
         if mode == "disabled":
             return None
         import wandb

@@ -25,7 +25,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from agentrl.algos.advantages import gigpo, grpo, rloo
+from agentrl.algos.gigpo import gigpo
+from agentrl.algos.grpo import grpo, rloo
 
 STATES_PER_GROUP = 6
 

@@ -45,7 +45,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from agentrl.algos.advantages import factorize
+from agentrl.algos.segments import factorize
 
 MODES = ("bonus", "epo")
 AGGREGATIONS = ("trajectory", "token")

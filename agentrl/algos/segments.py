@@ -6,6 +6,10 @@ ids, ``np.unique`` otherwise) and every per-segment quantity is a
 ``np.bincount``, so the cost is a few linear passes. Statistics are float64 and
 taken on values shifted by one member of their segment, so a segment of equal
 values has exactly zero spread.
+
+The estimators (``agentrl/algos/grpo.py``, ``agentrl/algos/gigpo.py``) check
+their id columns with ``int_ids`` and ``check_lengths`` and order rows by
+(episode, step) with ``step_order``.
 """
 
 from __future__ import annotations
@@ -73,7 +77,8 @@ def segment_stats(segment: np.ndarray, values: np.ndarray, num_segments: int) ->
     return SegmentStats(count=count, mean=ref + shifted_mean, std=std, centered=centered)
 
 
-def _int_array(name: str, x) -> np.ndarray:
+def int_ids(name: str, x) -> np.ndarray:
+    """``x`` as a 1-D integer array (any integer dtype), or a ValueError naming the column."""
     a = np.asarray(x)
     if a.ndim != 1:
         raise ValueError(f"{name} must be 1-D, got shape {a.shape}")
@@ -82,7 +87,8 @@ def _int_array(name: str, x) -> np.ndarray:
     return a
 
 
-def _check_lengths(**arrays) -> int:
+def check_lengths(**arrays) -> int:
+    """The common length of the named row arrays, or a ValueError listing every length."""
     lengths = {name: np.shape(a)[0] if np.ndim(a) else -1 for name, a in arrays.items()}
     if len(set(lengths.values())) != 1:
         raise ValueError(f"row arrays must have equal lengths, got {lengths}")
@@ -100,7 +106,7 @@ def _episode_step_key(episode_code: np.ndarray, step: np.ndarray) -> np.ndarray:
     return episode_code.astype(np.int64) * num_steps + s
 
 
-def _step_order(episode_code: np.ndarray, step: np.ndarray) -> np.ndarray:
+def step_order(episode_code: np.ndarray, step: np.ndarray) -> np.ndarray:
     """Row indices sorted by (episode code, step); rejects duplicated (episode, step) rows."""
     key = _episode_step_key(episode_code, step)
     order = np.argsort(key)

@@ -14,14 +14,14 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from agentrl.envs.base import Observation, Step, Task, TaskSuite
 from agentrl.envs.workers import EnvFault, EnvPool, InlinePool
-from agentrl.rollout.parsing import env_action, parse_action
+from agentrl.rollout.parsing import ParsedAction, env_action, parse_action
 from agentrl.rollout.prompts import HistoryWindow, build_prompt
 
 log = logging.getLogger(__name__)
@@ -63,17 +63,20 @@ class PromptSpec:
     history_length: int
 
 
+Row = dict[str, Any]  # one agent turn: a value for each of StepBatch.ROW_COLUMNS, by name
+
+
 @dataclass
 class StepBatch:
-    """One row per agent turn, as parallel lists (see docs/architecture.md, "One iteration")."""
+    """One row per agent turn, as parallel lists (see docs/architecture.md, "One iteration").
+
+    Every field but `episodes` is a row column (`ROW_COLUMNS`, derived from the fields below the class)."""
 
     group: list[int] = field(default_factory=list)
     episode: list[int] = field(default_factory=list)
     step: list[int] = field(default_factory=list)
     task_id: list[str] = field(default_factory=list)
-    task_type: list[str] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
-    done: list[bool] = field(default_factory=list)
     valid: list[bool] = field(default_factory=list)  # an action could be parsed from the reply
     admissible: list[bool] = field(default_factory=list)  # the environment accepted the action
     anchor: list[Hashable] = field(default_factory=list)  # the true-state key where the env has one, else the text
@@ -87,26 +90,7 @@ class StepBatch:
     replayed: list[bool] = field(default_factory=list)  # the row comes from a replay buffer, not this rollout
     episodes: list[EpisodeResult] = field(default_factory=list)  # this rollout's episodes (never replayed ones)
 
-    ROW_COLUMNS = (
-        "group",
-        "episode",
-        "step",
-        "task_id",
-        "task_type",
-        "reward",
-        "done",
-        "valid",
-        "admissible",
-        "anchor",
-        "observation",
-        "prompt",
-        "completion",
-        "prompt_ids",
-        "completion_ids",
-        "logprobs",
-        "won",
-        "replayed",
-    )
+    ROW_COLUMNS: ClassVar[tuple[str, ...]]  # set below the class, from its fields
 
     def __len__(self) -> int:
         return len(self.group)
@@ -119,6 +103,13 @@ class StepBatch:
         """A batch holding exactly these rows, and this batch's episode results."""
         return StepBatch(**{name: list(rows[name]) for name in self.ROW_COLUMNS}, episodes=list(self.episodes))
 
+    def append(self, row: Row) -> None:
+        """Add one row; it must hold exactly the row columns."""
+        if row.keys() != set(self.ROW_COLUMNS):
+            raise ValueError(f"a row holds one value for each of {self.ROW_COLUMNS}; got {tuple(row)}")
+        for name in self.ROW_COLUMNS:
+            getattr(self, name).append(row[name])
+
     def arrays(self) -> dict[str, np.ndarray]:
         """The numeric columns the advantage estimators take."""
         return {
@@ -128,6 +119,9 @@ class StepBatch:
             "reward": np.asarray(self.reward, dtype=np.float64),
             "valid": np.asarray(self.valid, dtype=bool),
         }
+
+
+StepBatch.ROW_COLUMNS = tuple(f.name for f in fields(StepBatch) if f.name != "episodes")
 
 
 @dataclass
@@ -208,7 +202,9 @@ def collect(
             actions = [env_action(reply.text, p) for reply, p in zip(replies, parsed)]
             outcomes = pool.step([(ep.index, action) for ep, action in zip(active, actions)])
             for ep, turn, reply, p, action, outcome in zip(active, turns, replies, parsed, actions, outcomes):
-                _record(ep, turn, reply, p, action, outcome, t, t == limit - 1, batch, keep_transcripts)
+                row = _row(ep, turn, reply, p, outcome, t)
+                batch.append(row)
+                _advance(ep, row, action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
             if on_turn is not None:
                 on_turn(t + 1, limit)
         if lockstep is not None:
@@ -222,7 +218,6 @@ def collect(
         batch.episodes.append(ep.result)
     won = {ep.index: ep.result.won for ep in episodes}
     batch.won = [won[e] for e in batch.episode]
-    batch.replayed = [False] * len(batch)
     return batch
 
 
@@ -259,65 +254,56 @@ def _turn(ep: _Episode, prompt: PromptSpec, t: int) -> Turn:
     return Turn(prompt=text, observation=obs)
 
 
-def _record(
-    ep: _Episode,
-    turn: Turn,
-    reply: Reply,
-    parsed,
-    action: str,
-    outcome: Step | EnvFault,
-    t: int,
-    last_turn: bool,
-    batch: StepBatch,
-    keep: bool,
+def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: Step | EnvFault, t: int) -> Row:
+    """The batch row of an episode's turn; a faulted step earns nothing and its action counts as not accepted."""
+    stepped = not isinstance(outcome, EnvFault)
+    return {
+        "group": ep.group,
+        "episode": ep.index,
+        "step": t,
+        "task_id": ep.task.task_id,
+        "reward": float(outcome.reward) if stepped else 0.0,
+        "valid": parsed.valid,
+        "admissible": bool(outcome.action_valid) if stepped else False,
+        "anchor": turn.observation.anchor(),
+        "observation": turn.observation.text,
+        "prompt": turn.prompt,
+        "completion": reply.text,
+        "prompt_ids": reply.prompt_ids,
+        "completion_ids": reply.completion_ids,
+        "logprobs": reply.logprobs,
+        "won": False,  # the episode's outcome, filled in once every episode is over
+        "replayed": False,
+    }
+
+
+def _advance(
+    ep: _Episode, row: Row, action: str, outcome: Step | EnvFault, *, last_turn: bool, keep_transcript: bool
 ) -> None:
-    """Append the turn as a row and move the episode on."""
-    anchor = ep.observation.anchor()
+    """Move the episode on after its turn (`row`): its totals, transcript and history, the next observation."""
     if isinstance(outcome, EnvFault):
         _fault(ep, "step", outcome.message)
-        reward, done, admissible, next_obs = 0.0, True, False, None
+        done, next_obs = True, None
     else:
-        reward, done, admissible, next_obs = (
-            float(outcome.reward),
-            bool(outcome.done),
-            bool(outcome.action_valid),
-            outcome.observation,
-        )
         ep.result.won = ep.result.won or bool(outcome.won)
-    done = done or last_turn
-    batch.group.append(ep.group)
-    batch.episode.append(ep.index)
-    batch.step.append(t)
-    batch.task_id.append(ep.task.task_id)
-    batch.task_type.append(ep.task.task_type)
-    batch.reward.append(reward)
-    batch.done.append(done)
-    batch.valid.append(parsed.valid)
-    batch.admissible.append(admissible)
-    batch.anchor.append(anchor)
-    batch.observation.append(ep.observation.text)
-    batch.prompt.append(turn.prompt)
-    batch.completion.append(reply.text)
-    batch.prompt_ids.append(reply.prompt_ids)
-    batch.completion_ids.append(reply.completion_ids)
-    batch.logprobs.append(reply.logprobs)
-    ep.result.ret += reward
+        done, next_obs = bool(outcome.done), outcome.observation
+    ep.result.ret += row["reward"]
     ep.result.length += 1
-    ep.result.invalid += int(not parsed.valid)
-    if keep:
+    ep.result.invalid += int(not row["valid"])
+    if keep_transcript:
         ep.result.transcript.append(
             {
-                "observation": ep.observation.text,
-                "reply": reply.text,
+                "observation": row["observation"],
+                "reply": row["completion"],
                 "action": action,
-                "valid": parsed.valid,
-                "reward": reward,
+                "valid": row["valid"],
+                "reward": row["reward"],
             }
         )
-    ep.history.add(ep.observation.text, action)
+    ep.history.add(row["observation"], action)
     if next_obs is not None:
         ep.observation = next_obs
-    ep.done = ep.done or done
+    ep.done = ep.done or done or last_turn
 
 
 def _fault(ep: _Episode, where: str, message: str) -> None:

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from agentrl.config import plain_value
 from agentrl.errors import UserError
 
 RESULT_FILE = "result.json"  # rank 0 writes the job's return value here for the launching process
@@ -50,7 +51,7 @@ def config_file(hardware: Any) -> Path | None:
     """The accelerate config for the strategy: hardware.accelerate_config, else conf/accelerate/<strategy>.yaml."""
     if hardware.accelerate_config:
         return Path(hardware.accelerate_config).expanduser()
-    strategy = hardware.strategy.value
+    strategy = plain_value(hardware.strategy)
     if strategy == "ddp":
         return None  # plain DDP needs no config file: the flags below say it all
     from agentrl.hydra_paths import config_dir
@@ -66,7 +67,7 @@ def free_port() -> int:
 
 def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> list[str]:
     """`python -m accelerate.commands.launch <flags> -m agentrl.cli train <overrides> hydra.run.dir=<run_dir>`."""
-    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[hardware.precision.value]
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[plain_value(hardware.precision)]
     flags = [
         "--num_processes",
         str(hardware.num_processes),
@@ -113,7 +114,7 @@ def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
 
     command = launch_command(cfg.hardware, overrides, run_dir)
     print(
-        f"launching {cfg.hardware.num_processes} ranks ({cfg.hardware.strategy.value}) through accelerate; "
+        f"launching {cfg.hardware.num_processes} ranks ({plain_value(cfg.hardware.strategy)}) through accelerate; "
         f"run folder {run_dir}",
         flush=True,
     )

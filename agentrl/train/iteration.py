@@ -16,9 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from agentrl.algos import advantages as estimators
 from agentrl.algos.entropy import EntropyRegularizer
+from agentrl.algos.gigpo import gigpo, step_group_codes, step_group_metrics
+from agentrl.algos.grpo import grpo, rloo
 from agentrl.algos.replay import ReplayBuffer, ReplayRule
+from agentrl.config import plain_value
 from agentrl.envs.base import Task
 from agentrl.envs.faults import check_fault_share
 from agentrl.errors import UserError
@@ -53,10 +55,10 @@ def make_replay_buffer(cfg: Any) -> ReplayBuffer | None:
 def make_entropy_regularizer(cfg: Any) -> EntropyRegularizer | None:
     """The entropy term (a bonus, or EPO smoothing) unless `algo.entropy.mode=none`."""
     e = cfg.algo.entropy
-    if e.mode.value == "none":
+    if plain_value(e.mode) == "none":
         return None
     return EntropyRegularizer(
-        e.mode.value,
+        plain_value(e.mode),
         coef=e.coef,
         alpha=e.alpha,
         kappa_low=e.kappa_low,
@@ -131,7 +133,7 @@ def score_rollout(
     advantages = compute_advantages(cfg.algo, batch, step_group)
     if step_group is not None:
         sizes = np.bincount(step_group)[step_group]
-        metrics.update({f"gigpo/step_group_{k}": v for k, v in estimators.step_group_metrics(sizes).items()})
+        metrics.update({f"gigpo/step_group_{k}": v for k, v in step_group_metrics(sizes).items()})
     metrics["rollout/rows"] = float(len(batch))
     metrics["rollout/advantage_abs_mean"] = float(np.abs(advantages).mean()) if len(advantages) else 0.0
     return ScoredRollout(batch, advantages, metrics)
@@ -139,39 +141,66 @@ def score_rollout(
 
 def step_anchors(algo: Any, batch: StepBatch) -> list:
     """GiGPO's anchor keys: the environment's state key (else the text), or the observation text."""
-    return batch.observation if algo.gigpo.anchor.value == "observation" else batch.anchor
+    return batch.observation if plain_value(algo.gigpo.anchor) == "observation" else batch.anchor
 
 
 def gigpo_step_groups(algo: Any, batch: StepBatch) -> np.ndarray | None:
     """GiGPO's step-group code per row, or None when the estimator is not GiGPO or the batch is empty."""
-    if algo.estimator.value != "gigpo" or not len(batch):
+    if plain_value(algo.estimator) != "gigpo" or not len(batch):
         return None
     a = batch.arrays()
-    return estimators.step_group_codes(
+    return step_group_codes(
         a["group"], step_anchors(algo, batch), algo.gigpo.similarity, episode=a["episode"], step=a["step"]
     )
 
 
 def compute_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None = None) -> np.ndarray:
     """The configured estimator's advantage per row (see docs/algorithms.md)."""
+    return ESTIMATORS[plain_value(algo.estimator)](algo, batch, step_group)
+
+
+def _row_columns(batch: StepBatch) -> tuple[np.ndarray, ...]:
+    """The columns every estimator takes first: group, episode, step, reward, valid."""
     a = batch.arrays()
-    rows = (a["group"], a["episode"], a["step"], a["reward"], a["valid"])
-    estimator = algo.estimator.value
-    if estimator == "rloo":
-        return estimators.rloo(*rows, episode_stats=algo.episode_stats.value, invalid_penalty=algo.invalid_penalty)
-    common = dict(norm=algo.norm.value, episode_stats=algo.episode_stats.value, invalid_penalty=algo.invalid_penalty)
-    if estimator == "gigpo":
-        g = algo.gigpo
-        return estimators.gigpo(
-            *rows,
-            step_anchors(algo, batch),
-            gamma=g.gamma,
-            step_weight=g.step_weight,
-            similarity=g.similarity,
-            step_group=step_group,
-            **common,
-        )
-    return estimators.grpo(*rows, **common)
+    return a["group"], a["episode"], a["step"], a["reward"], a["valid"]
+
+
+def _episode_level_options(algo: Any) -> dict[str, Any]:
+    """GRPO's keys, which GiGPO's episode level shares."""
+    return dict(
+        norm=plain_value(algo.norm), episode_stats=plain_value(algo.episode_stats), invalid_penalty=algo.invalid_penalty
+    )
+
+
+def _grpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
+    return grpo(*_row_columns(batch), **_episode_level_options(algo))
+
+
+def _gigpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
+    g = algo.gigpo
+    return gigpo(
+        *_row_columns(batch),
+        step_anchors(algo, batch),
+        gamma=g.gamma,
+        step_weight=g.step_weight,
+        similarity=g.similarity,
+        step_group=step_group,
+        **_episode_level_options(algo),
+    )
+
+
+def _rloo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
+    return rloo(
+        *_row_columns(batch), episode_stats=plain_value(algo.episode_stats), invalid_penalty=algo.invalid_penalty
+    )
+
+
+# `algo.estimator` -> (algo config, batch, GiGPO's step groups or None) -> one advantage per row
+ESTIMATORS: dict[str, Callable[[Any, StepBatch, np.ndarray | None], np.ndarray]] = {
+    "grpo": _grpo_advantages,
+    "gigpo": _gigpo_advantages,
+    "rloo": _rloo_advantages,
+}
 
 
 def groups_without_signal(batch: StepBatch) -> float:

@@ -9,17 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrl.algos.advantages import (
-    discounted_returns,
-    episode_returns,
-    factorize,
-    gigpo,
-    grpo,
-    rloo,
-    segment_stats,
-    step_group_metrics,
-    step_group_sizes,
-)
+from agentrl.algos.gigpo import discounted_returns, gigpo, step_group_metrics, step_group_sizes
+from agentrl.algos.grpo import grpo, rloo
+from agentrl.algos.segments import factorize, segment_stats
 
 # docs/algorithms.md worked case: episode A (3 steps, rewards 0, 0, 10) and episode B
 # (1 step, reward 0) in one group, no invalid actions.
@@ -157,7 +149,6 @@ def test_empty_input():
     out = grpo([], [], [], [], [])
     assert out.shape == (0,) and out.dtype == np.float64
     assert rloo([], [], [], [], []).shape == (0,)
-    assert episode_returns([], []).shape == (0,)
 
 
 @pytest.mark.parametrize(
@@ -192,8 +183,11 @@ def test_bad_row_data():
         grpo([0, 0], [0, 0], [3, 3], [1.0, 1.0], [True, True])
 
 
-def test_episode_returns():
-    np.testing.assert_allclose(episode_returns([3, 1, 3, 1, 2], [1.0, 2.0, 4.0, 0.5, 7.0]), [5, 2.5, 5, 2.5, 7])
+def test_a_group_of_one_episode_gets_its_return():
+    # episode_stats=episodes: one episode per group has mu = 0 and sigma = 1, so every row gets R(tau).
+    episode = [3, 1, 3, 1, 2]
+    out = grpo(episode, episode, [0, 0, 1, 1, 0], [1.0, 2.0, 4.0, 0.5, 7.0], [True] * 5, episode_stats="episodes")
+    np.testing.assert_allclose(out, [5, 2.5, 5, 2.5, 7])
 
 
 def test_rloo_worked_case_rows():

@@ -88,3 +88,26 @@ def test_worker_processes_give_the_same_rollout_as_in_process():
     with make_pool(suite.make_env, num_workers=2, timeout_s=30.0) as pool:
         remote = collect(suite, tasks, 2, RandomPolicy(7), PromptSpec("compact", 2), pool=pool)
     assert remote.prompt == inline.prompt and remote.reward == inline.reward and remote.anchor == inline.anchor
+
+
+def test_row_columns_are_the_batch_fields_but_episodes():
+    from dataclasses import fields
+
+    from agentrl.rollout.collector import StepBatch
+
+    assert StepBatch.ROW_COLUMNS == tuple(f.name for f in fields(StepBatch))[:-1]
+    assert "episodes" not in StepBatch.ROW_COLUMNS and "episodes" == fields(StepBatch)[-1].name
+
+
+def test_a_row_missing_a_column_is_refused_and_adds_nothing():
+    import pytest
+
+    from agentrl.rollout.collector import StepBatch
+
+    batch = StepBatch()
+    row = dict.fromkeys(StepBatch.ROW_COLUMNS, 0)
+    batch.append(row)
+    del row["anchor"]
+    with pytest.raises(ValueError, match="one value for each of"):
+        batch.append(row)
+    assert {len(getattr(batch, name)) for name in StepBatch.ROW_COLUMNS} == {1}

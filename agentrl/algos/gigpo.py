@@ -1,0 +1,392 @@
+"""GiGPO (arXiv 2505.10978): GRPO's episode level plus a step level over anchor-state groups.
+
+One function per equation of the paper (docs/algorithms.md, "GiGPO"), pure numpy, float64:
+
+- ``discounted_returns``: the step return R_t = sum_{k>=t} gamma^(k-t) r_k (Eq. 5);
+- ``step_group_codes``: the step groups, rows of one group taken from the same
+  anchor state (Eq. 6); ``step_group_sizes`` and ``step_group_metrics`` give
+  their sizes for logging (the paper reports them);
+- ``step_advantages``: the step level A^S, a step return relative to its step group (Eq. 7);
+- ``gigpo``: A = A^E + omega * A^S (Eq. 8), with A^E GRPO's episode level
+  (``agentrl/algos/grpo.py``, Eq. 3).
+
+Rows, ids and input checks are those of ``agentrl/algos/grpo.py``; the float64
+deviation stated there applies here too, and each function states its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from difflib import SequenceMatcher
+
+import numpy as np
+
+from agentrl.algos.grpo import check_normalisation, episode_advantages, factorize_rows
+from agentrl.algos.segments import check_lengths, factorize, int_ids, segment_stats, step_order
+
+STEP_GROUP_METRICS = ("singleton_share", "mean_size", "max_size", "num_groups")
+
+
+def gigpo(
+    group,
+    episode,
+    step,
+    reward,
+    valid,
+    anchor: Sequence[Hashable],
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    norm: str = "std",
+    episode_stats: str = "rows",
+    invalid_penalty: float = 0.1,
+    eps: float = 1e-6,
+    similarity: float | None = None,
+    step_group: np.ndarray | None = None,
+) -> np.ndarray:
+    """GiGPO advantages, one per row: ``A_i = A^E_i + step_weight * A^S_i`` (paper Eq. 8).
+
+    ``A^E`` is ``grpo`` with the same ``norm``, ``episode_stats``,
+    ``invalid_penalty`` and ``eps`` (Eq. 3). ``A^S`` is relative within a step group:
+
+    - step return ``R_i = sum_{k>=t} gamma^(k-t) r_k`` over the row's episode,
+      in ``step`` order (``discounted_returns``, Eq. 5), on the rewards before the
+      invalid penalty; then ``invalid_penalty * (not valid_i)`` is subtracted
+      from the row's own return only;
+    - step groups (``step_group_codes``, Eq. 6): rows of one ``group`` with equal
+      ``anchor`` keys (equal as Python dict keys, so ``1 == 1.0``); keys never
+      match across groups. With ``similarity`` (a threshold in (0, 1), string
+      anchors only) the reference's greedy clustering is used instead, see
+      ``step_group_sizes``;
+    - ``A^S_i = R_i - mu_s`` (``norm="none"``) or ``(R_i - mu_s) / (sigma_s + eps)``
+      (``norm="std"``, sigma unbiased); a step group of one row gets exactly 0
+      (``step_advantages``, Eq. 7).
+
+    ``norm="none"`` is the reference's ``mean_norm`` and ``norm="std"`` its
+    ``mean_std_norm``. Deviations from verl-agent's ``core_gigpo.py``:
+
+    - float64 (the reference's step returns and statistics are float32), so a
+      step group of equal returns gets exactly 0;
+    - the reference discounts in batch order and clusters in batch order; here
+      both follow (episode, step) order, so the result does not depend on the
+      order rows come in. It matches the reference when the batch is
+      episode-major with episode ids increasing and steps in order, which is how
+      the reference gathers its rollouts.
+
+    ``anchor`` holds one hashable key per row (str, int, tuple; a 1-D numpy
+    array works too). Empty input gives an empty array.
+
+    ``step_group`` optionally gives the rows' step-group codes, as
+    ``step_group_codes`` computes them from the same rows, anchors and
+    ``similarity``; a caller that also logs the step-group sizes then groups
+    the rows once.
+    """
+    check_normalisation(norm, episode_stats, eps)
+    _check_gamma(gamma)
+    if not np.isfinite(step_weight):
+        raise ValueError(f"step_weight must be finite, got {step_weight}")
+    _check_similarity(similarity)
+    rows = factorize_rows(group, episode, step, reward, valid, invalid_penalty)
+    keys = _anchor_keys(anchor, 0 if rows is None else rows.group.size)
+    if rows is None:
+        return np.zeros(0)
+
+    episode_level = episode_advantages(rows, norm, episode_stats, eps)
+    step_return = _discount_scan(rows.episode, rows.num_episodes, rows.order, rows.reward, gamma) - rows.penalty
+    if step_group is None:
+        step_group, num_step_groups = _group_by_anchor(rows.group, keys, similarity, rows.order)
+    else:
+        step_group, num_step_groups = _given_step_groups(step_group, rows.group.size)
+    step_level = step_advantages(step_group, num_step_groups, step_return, norm, eps)
+    return episode_level + step_weight * step_level
+
+
+# ---------------------------------------------------------------------------
+# Step returns (Eq. 5).
+# ---------------------------------------------------------------------------
+
+
+def discounted_returns(episode, step, reward, gamma: float) -> np.ndarray:
+    """``R_t = sum_{k>=t} gamma^(k-t) r_k`` (paper Eq. 5) over the later rows of each row's episode, one per row.
+
+    Rows of an episode are ordered by ``step`` (only the order counts; steps
+    need not be contiguous) and may come in any order. No invalid penalty is
+    applied (``gigpo`` subtracts it afterwards). Float64, where the reference
+    (verl-agent ``compute_step_discounted_returns``) uses float32 and batch order.
+    """
+    _check_gamma(gamma)
+    episode, step = int_ids("episode", episode), int_ids("step", step)
+    reward = np.asarray(reward)
+    if reward.ndim != 1:
+        raise ValueError(f"reward must be 1-D, got shape {reward.shape}")
+    if check_lengths(episode=episode, step=step, reward=reward) == 0:
+        return np.zeros(0)
+    reward = reward.astype(np.float64)
+    if not np.isfinite(reward).all():
+        raise ValueError("reward holds NaN or inf")
+    e, num_episodes = factorize(episode)
+    return _discount_scan(e, num_episodes, step_order(e, step), reward, gamma)
+
+
+def _check_gamma(gamma: float) -> None:
+    if not 0.0 <= gamma <= 1.0:  # also rejects NaN
+        raise ValueError(f"gamma must be in [0, 1], got {gamma}")
+
+
+def _discount_scan(
+    episode_code: np.ndarray, num_episodes: int, order: np.ndarray, reward: np.ndarray, gamma: float
+) -> np.ndarray:
+    """The segmented reverse scan behind ``discounted_returns``; ``order`` sorts rows by (episode, step).
+
+    Sorted, each episode is a contiguous segment. The scan walks the distance j
+    to the episode's end, j = 1 .. (longest episode - 1), and updates the rows at
+    that distance in every episode at once with the reference's recurrence
+    ``R_t = r_t + gamma * R_{t+1}``. That is one vectorised update per step of the
+    longest episode (<= 50 for ALFWorld) and O(rows) work in all, and it is exact
+    for any length and any gamma in [0, 1]. The closed form
+    ``gamma^-t * reverse_cumsum(gamma^t * r)`` is not: gamma^-t overflows or
+    swamps the sum for long episodes (0.95^-1000 ~ 1e22) and is undefined at 0.
+    """
+    lengths = np.bincount(episode_code, minlength=num_episodes)
+    returns = reward[order]  # a copy, updated in place
+    longest_first = np.argsort(-lengths, kind="stable")
+    last_row = (np.cumsum(lengths) - 1)[longest_first]  # positions in the sorted rows
+    longer_than = num_episodes - np.cumsum(np.bincount(lengths))  # [j]: episodes with more than j rows
+    for j in range(1, int(lengths.max())):
+        rows = last_row[: longer_than[j]] - j
+        returns[rows] += gamma * returns[rows + 1]
+    out = np.empty_like(returns)
+    out[order] = returns
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Step groups (Eq. 6) and their sizes.
+# ---------------------------------------------------------------------------
+
+
+def step_group_sizes(
+    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None
+) -> np.ndarray:
+    """Size of each row's GiGPO step group, one per row, for logging (see ``step_group_metrics``).
+
+    Step groups are those of ``gigpo``. With ``similarity`` (a threshold in
+    (0, 1); string anchors only) the reference's greedy clustering applies:
+    within a group, rows are visited in turn and a row joins the first cluster
+    whose first member's text ``b`` satisfies
+    ``difflib.SequenceMatcher(None, text, b).ratio() >= similarity``, or else
+    starts a new cluster. Equal texts always share a cluster (they are matched
+    once). The clusters depend on the visiting order: ``gigpo`` visits rows by
+    (episode, step); pass ``episode`` and ``step`` here to get the same
+    clusters, otherwise rows are visited in input order. Without
+    ``similarity`` the order does not matter.
+    """
+    codes = step_group_codes(group, anchor, similarity, episode=episode, step=step)
+    return np.bincount(codes)[codes] if codes.size else codes
+
+
+def step_group_codes(
+    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None
+) -> np.ndarray:
+    """Dense GiGPO step-group code per row (0, 1, ...), the grouping ``gigpo`` uses (paper Eq. 6).
+
+    Arguments as in ``step_group_sizes``. A caller that both computes the
+    advantages and logs the group sizes groups the rows once with this and
+    passes the codes to ``gigpo(step_group=...)``.
+    """
+    _check_similarity(similarity)
+    group = int_ids("group", group)
+    keys = _anchor_keys(anchor, group.size)
+    row_order = _visiting_order(episode, step, group.size)
+    if group.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    g, _ = factorize(group)
+    codes, _ = _group_by_anchor(g, keys, similarity, row_order)
+    return codes
+
+
+def step_group_metrics(sizes) -> dict[str, float]:
+    """Summary of per-row step-group sizes (``step_group_sizes``) for logging.
+
+    - ``singleton_share``: share of *rows* whose step group has one row, i.e.
+      the rows that get no step-level signal (A^S = 0);
+    - ``mean_size``: mean size over *step groups* (rows / step groups), the
+      reference's "Avg size of step-level group";
+    - ``max_size``: the largest step group;
+    - ``num_groups``: the number of step groups.
+
+    Empty input gives 0.0 for every entry.
+    """
+    sizes = np.asarray(sizes)
+    if sizes.ndim != 1:
+        raise ValueError(f"sizes must be 1-D, got shape {sizes.shape}")
+    if sizes.size == 0:
+        return dict.fromkeys(STEP_GROUP_METRICS, 0.0)
+    if sizes.dtype.kind not in "iu" or sizes.min() < 1:
+        raise ValueError("sizes must be integers >= 1 (per-row step-group sizes)")
+    rows_of_size = np.bincount(sizes)
+    size = np.arange(rows_of_size.size)
+    # A step group of size k contributes k rows that each say k.
+    if (rows_of_size[1:] % size[1:]).any():
+        raise ValueError("sizes are not per-row step-group sizes: the rows saying size k are not a multiple of k")
+    num_groups = int((rows_of_size[1:] // size[1:]).sum())
+    return {
+        "singleton_share": float(rows_of_size[1] / sizes.size) if rows_of_size.size > 1 else 0.0,
+        "mean_size": sizes.size / num_groups,
+        "max_size": float(sizes.max()),
+        "num_groups": float(num_groups),
+    }
+
+
+# ---------------------------------------------------------------------------
+# The step level (Eq. 7).
+# ---------------------------------------------------------------------------
+
+
+def step_advantages(
+    step_group: np.ndarray, num_step_groups: int, step_return: np.ndarray, norm: str, eps: float
+) -> np.ndarray:
+    """The step level A^S (paper Eq. 7), one per row: a step return relative to its step group.
+
+    ``A^S_i = (R_i - mu_s) / (sigma_s + eps)`` for ``norm="std"`` (sigma unbiased)
+    and ``R_i - mu_s`` for ``norm="none"``, with mu_s and sigma_s over the step
+    returns of row i's step group s. A step group of one row gets exactly 0.
+    ``step_group`` holds dense codes in [0, num_step_groups) (``step_group_codes``)
+    and ``step_return`` the penalised step returns, as ``gigpo`` computes them;
+    neither is checked here.
+    """
+    stats = segment_stats(step_group, step_return, num_step_groups)
+    centered = stats.centered
+    if norm == "std":
+        centered = centered / (stats.std[step_group] + eps)  # NaN std for singletons, replaced below
+    return np.where(stats.count[step_group] > 1, centered, 0.0)
+
+
+# ---------------------------------------------------------------------------
+# Step grouping on checked rows.
+# ---------------------------------------------------------------------------
+
+
+def _given_step_groups(step_group, num_rows: int) -> tuple[np.ndarray, int]:
+    """A caller's step-group codes (``gigpo(step_group=...)``) and their count."""
+    step_group = np.asarray(step_group, dtype=np.int64)
+    if step_group.shape != (num_rows,):
+        raise ValueError(f"step_group must hold one code per row: got shape {step_group.shape}")
+    return step_group, int(step_group.max()) + 1
+
+
+def _check_similarity(similarity: float | None) -> None:
+    if similarity is None:
+        return
+    is_number = isinstance(similarity, (int, float, np.integer, np.floating)) and not isinstance(similarity, bool)
+    if not is_number or not 0 < similarity < 1:  # also rejects NaN
+        raise ValueError(f"similarity must be None or a threshold in (0, 1), got {similarity!r}")
+
+
+def _anchor_keys(anchor, num_rows: int) -> list:
+    """Anchor keys as a list of Python objects, one per row."""
+    if isinstance(anchor, (str, bytes)):
+        raise ValueError("anchor must be a sequence of keys, one per row, not a single string")
+    if isinstance(anchor, np.ndarray):
+        if anchor.ndim != 1:
+            raise ValueError(f"anchor must be 1-D, got shape {anchor.shape}")
+        keys = anchor.tolist()  # Python str and int hash faster than numpy scalars
+    else:
+        keys = list(anchor)
+    if len(keys) != num_rows:
+        raise ValueError(f"anchor must hold one key per row: got {len(keys)} keys for {num_rows} rows")
+    return keys
+
+
+def _visiting_order(episode, step, num_rows: int) -> np.ndarray:
+    """Rows by (episode, step) when both are given, else input order."""
+    if episode is None and step is None:
+        return np.arange(num_rows)
+    if episode is None or step is None:
+        raise ValueError("pass both episode and step, or neither")
+    episode, step = int_ids("episode", episode), int_ids("step", step)
+    check_lengths(group=np.empty(num_rows), episode=episode, step=step)
+    if num_rows == 0:
+        return np.arange(0)
+    e, _ = factorize(episode)
+    return step_order(e, step)
+
+
+def _group_by_anchor(
+    group_code: np.ndarray, keys: list, similarity: float | None, row_order: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """Dense step-group code per row, and the number of step groups."""
+    if similarity is not None:
+        return _similarity_clusters(group_code, keys, similarity, row_order)
+    anchor_code, num_anchors = _factorize_keys(keys)
+    group_of_anchor = np.empty(num_anchors, dtype=group_code.dtype)
+    group_of_anchor[anchor_code] = group_code
+    if np.array_equal(group_of_anchor[anchor_code], group_code):
+        return anchor_code, num_anchors  # no key is shared by two groups (the usual case): no sort needed
+    # Pairing with the group code keeps equal keys of different groups apart.
+    return factorize(group_code.astype(np.int64) * num_anchors + anchor_code)
+
+
+def _factorize_keys(keys: list) -> tuple[np.ndarray, int]:
+    """Dense codes for hashable keys, in order of first appearance: one dict pass, C loops only."""
+    try:
+        first_seen = dict.fromkeys(keys)
+    except TypeError as err:
+        raise ValueError(f"anchor keys must be hashable (str, int, tuple, ...): {err}") from None
+    code_of = dict(zip(first_seen, range(len(first_seen))))
+    codes = np.array(list(map(code_of.__getitem__, keys)), dtype=np.intp)  # faster than np.fromiter here
+    return codes, len(code_of)
+
+
+def _similarity_clusters(
+    group_code: np.ndarray, keys: list, threshold: float, row_order: np.ndarray
+) -> tuple[np.ndarray, int]:
+    """The reference's similarity clustering (``build_step_group(enable_similarity=True)``), per group."""
+    if not all(isinstance(key, str) for key in keys):
+        raise ValueError("similarity grouping needs string anchors (observation texts)")
+    visit = row_order[np.argsort(group_code[row_order], kind="stable")]  # groups in turn, row_order within
+    group_starts = np.flatnonzero(np.diff(group_code[visit])) + 1
+    codes = np.empty(len(keys), dtype=np.intp)
+    num_clusters = 0
+    for rows in np.split(visit, group_starts):
+        local = _cluster_texts([keys[i] for i in rows.tolist()], threshold)
+        codes[rows] = num_clusters + local
+        num_clusters += int(local.max()) + 1
+    return codes, num_clusters
+
+
+def _cluster_texts(texts: list[str], threshold: float) -> np.ndarray:
+    """Cluster index of each text: the first cluster whose first member is similar enough, else a new one.
+
+    A text's cluster depends on the text alone (the clusters it is compared
+    with all exist when it is first seen, and later clusters come after the one
+    it matched), so equal texts are matched once.
+    """
+    cluster_of_text: dict[str, int] = {}
+    representatives: list[SequenceMatcher] = []
+    local = []
+    for text in texts:
+        cluster = cluster_of_text.get(text)
+        if cluster is None:
+            cluster = _first_similar(text, representatives, threshold)
+            if cluster is None:
+                cluster = len(representatives)
+                # The representative is seq2, as in the reference's SequenceMatcher(None, text, rep):
+                # difflib caches its analysis of seq2 across set_seq1 calls.
+                representatives.append(SequenceMatcher(None, "", text))
+            cluster_of_text[text] = cluster
+        local.append(cluster)
+    return np.array(local, dtype=np.intp)
+
+
+def _first_similar(text: str, representatives: list[SequenceMatcher], threshold: float) -> int | None:
+    for cluster, matcher in enumerate(representatives):
+        matcher.set_seq1(text)
+        # real_quick_ratio and quick_ratio bound ratio from above: cheap rejections, same answer.
+        if (
+            matcher.real_quick_ratio() >= threshold
+            and matcher.quick_ratio() >= threshold
+            and matcher.ratio() >= threshold
+        ):
+            return cluster
+    return None

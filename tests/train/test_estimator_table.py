@@ -1,0 +1,57 @@
+"""`iteration.ESTIMATORS`: every `algo.estimator` value has an entry, and each entry calls the estimator it names."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.algos.gigpo import gigpo
+from agentrl.algos.grpo import grpo, rloo
+from agentrl.config import AlgoConfig, Estimator, plain_value
+from agentrl.rollout.collector import StepBatch
+from agentrl.train.iteration import ESTIMATORS, compute_advantages, gigpo_step_groups
+
+
+def test_every_estimator_value_has_an_entry():
+    assert set(ESTIMATORS) == {plain_value(e) for e in Estimator}
+
+
+def _batch() -> StepBatch:
+    """Two groups of two episodes, with an invalid reply and a shared anchor, so the three estimators differ."""
+    batch = StepBatch()
+    rows = [  # group, episode, step, reward, valid, anchor
+        (0, 0, 0, 0.0, True, "s0"),
+        (0, 0, 1, 10.0, False, "s1"),
+        (0, 1, 0, 0.0, True, "s0"),
+        (1, 2, 0, 3.0, True, "t0"),
+        (1, 3, 0, 0.0, True, "t0"),
+        (1, 3, 1, 1.0, True, "t1"),
+    ]
+    for group, episode, step, reward, valid, anchor in rows:
+        batch.group.append(group)
+        batch.episode.append(episode)
+        batch.step.append(step)
+        batch.reward.append(reward)
+        batch.valid.append(valid)
+        batch.anchor.append(anchor)
+    return batch
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
+def test_each_entry_calls_its_estimator(estimator):
+    algo = OmegaConf.structured(AlgoConfig(estimator=Estimator(estimator)))
+    if estimator == "rloo":
+        algo.norm = "none"
+    batch = _batch()
+    columns = (batch.group, batch.episode, batch.step, batch.reward, batch.valid)
+    penalty = dict(invalid_penalty=0.1)
+    expected = {
+        "grpo": lambda: grpo(*columns, norm=plain_value(algo.norm), **penalty),
+        "gigpo": lambda: gigpo(*columns, batch.anchor, gamma=0.95, step_weight=1.0, **penalty),
+        "rloo": lambda: rloo(*columns, **penalty),
+    }[estimator]()
+    others = [compute_advantages(OmegaConf.merge(algo, {"estimator": e}), batch) for e in ESTIMATORS if e != estimator]
+    out = compute_advantages(algo, batch, gigpo_step_groups(algo, batch))
+    np.testing.assert_array_equal(out, expected)
+    assert all(not np.array_equal(out, other) for other in others)  # the batch tells the three apart
