@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from agentrl.config import plain_value
 from agentrl.errors import UserError
 from agentrl.rollout.collector import StepBatch
 
@@ -133,7 +134,7 @@ def entropy_row_weights(episodes: np.ndarray, tokens: np.ndarray, rows_per_mini_
     training order: each optimizer step's term is a mean over its own mini-batch."""
     from agentrl.algos.entropy import row_weights
 
-    aggregation = entropy.aggregation.value
+    aggregation = plain_value(entropy.aggregation)
     parts = [
         row_weights(
             episodes[start : start + rows_per_mini_batch], tokens[start : start + rows_per_mini_batch], aggregation

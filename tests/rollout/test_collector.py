@@ -95,8 +95,8 @@ def test_row_columns_are_the_batch_fields_but_episodes():
 
     from agentrl.rollout.collector import StepBatch
 
-    assert StepBatch.ROW_COLUMNS == tuple(f.name for f in fields(StepBatch))[:-1]
-    assert "episodes" not in StepBatch.ROW_COLUMNS and "episodes" == fields(StepBatch)[-1].name
+    assert tuple(f.name for f in fields(StepBatch))[:-1] == StepBatch.ROW_COLUMNS
+    assert "episodes" not in StepBatch.ROW_COLUMNS and fields(StepBatch)[-1].name == "episodes"
 
 
 def test_a_row_missing_a_column_is_refused_and_adds_nothing():
