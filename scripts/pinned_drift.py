@@ -93,7 +93,7 @@ def main() -> None:
                 lr = OmegaConf.select(OmegaConf.load(REPO / "conf" / "model" / "tiny.yaml"), "trainer.learning_rate")
                 extra = (f"trainer.learning_rate={lr * 1.01}",)
             rows.append((algo, "CHANGE: " + name, largest_difference(base, run(cache, algo, {}, prelude or "", extra))))
-        for algo_, what, diff in rows[-(2 + len(settings) + len(changes)) :]:
+        for algo_, what, diff in rows[-(1 + len(settings) + len(changes)) :]:
             print(f"{algo_:20s} {what:40s} {diff:.3e}", flush=True)
     print()
     drift = max(d for _, w, d in rows if not w.startswith("CHANGE"))
