@@ -36,9 +36,9 @@ def train(ctx: typer.Context) -> None:
     from agentrl.launch import run_hydra
 
     def entry(cfg):
-        from agentrl.train.run import train as run_train
+        from agentrl.train.run import run_job
 
-        return run_train(cfg)
+        return run_job(cfg)
 
     with user_errors():
         run_hydra("train", list(ctx.args), entry)

@@ -6,6 +6,7 @@ It sits in the lowest import layer (docs/architecture.md, "Import layers") becau
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
@@ -46,3 +47,22 @@ def hydra_quote(value: str) -> str:
     escaped = re.sub(r"(\\*)'", lambda m: m.group(1) * 2 + "\\'", value)
     escaped = re.sub(r"(\\+)$", lambda m: m.group(1) * 2, escaped)
     return f"'{escaped}'"
+
+
+def check_writable(folder: Path, key: str) -> None:
+    """Make `folder` (Hydra's run or sweep folder) and write a file in it, so that whatever stands in the way (a
+    file, a parent that cannot exist, a read-only place, no permission, a name too long) is one line naming `key`,
+    not a traceback."""
+    try:
+        existing = folder
+        while not existing.exists() and existing != existing.parent:  # exists() raises on a name too long
+            existing = existing.parent
+        if not existing.is_dir():
+            raise UserError(f"the output folder {folder} cannot be made: {existing} is a file (set {key})")
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".agentrl-write-test-{os.getpid()}"  # one per process: ranks check at the same time
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        why = err.strerror or type(err).__name__
+        raise UserError(f"the output folder {folder} cannot be made or written: {why} (set {key})") from None

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agentrl.errors import UserError, fail, first_line
-from agentrl.hydra_paths import config_dir, hydra_quote
+from agentrl.hydra_paths import check_writable, config_dir, hydra_quote
 
 # Groups kept out of the defaults list so that `+group=x` works; `group=x` is accepted too.
 _APPENDED_GROUPS = ("algo", "debug", "hparams_search")
@@ -201,19 +201,7 @@ def check_output_folder(cfg, multirun: bool) -> Path | None:
         folder = Path(cfg.hydra.sweep.dir if multirun else cfg.hydra.run.dir)
     except Exception:  # an interpolation only a running Hydra resolves: Hydra says what is wrong itself
         return None
-    try:
-        existing = folder
-        while not existing.exists() and existing != existing.parent:  # exists() raises on a name too long
-            existing = existing.parent
-        if not existing.is_dir():
-            raise UserError(f"the output folder {folder} cannot be made: {existing} is a file (set {key})")
-        folder.mkdir(parents=True, exist_ok=True)
-        probe = folder / f".agentrl-write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        why = err.strerror or type(err).__name__
-        raise UserError(f"the output folder {folder} cannot be made or written: {why} (set {key})") from None
+    check_writable(folder, key)
     return folder
 
 
