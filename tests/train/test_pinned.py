@@ -88,6 +88,7 @@ def _run(algo: str, cache, tmp_path) -> list[dict]:
     from tests.conftest import agentrl_cli
 
     run_dir = tmp_path / "run"
+    tmp_path.mkdir(parents=True, exist_ok=True)  # the job's working folder must exist before it starts
     result = agentrl_cli(cache, tmp_path, *RUN, *OVERRIDES[algo], f"hydra.run.dir={run_dir}", timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
