@@ -137,7 +137,8 @@ def valid(*rules: Any, hint: str = "") -> dict[str, Any]:
     return {"valid": rules, "hint": hint}
 
 
-def _f(default: Any, *rules: Any, hint: str = "") -> Any:
+def checked(default: Any, *rules: Any, hint: str = "") -> Any:
+    """A field with its default and its valid values (`valid`): ``history_length: int = checked(2, Ge(0))``."""
     return field(default=default, metadata=valid(*rules, hint=hint))
 
 
@@ -149,45 +150,47 @@ class EnvConfig:
     """Keys every environment has; each environment's schema extends it."""
 
     name: str = field(default=MISSING, metadata=valid(MinLen(1)))
-    history_length: int = _f(2, Ge(0))  # last H observation/action pairs in the prompt (reference: 2)
-    prompt_template: str = _f("alfworld", TEMPLATES)  # see agentrl/rollout/prompts.py
-    max_steps: int | None = _f(None, Ge(1))  # None: the environment's own default
-    num_workers: int = _f(0, Ge(0))  # environment worker processes; 0 runs them in the trainer's process
-    step_timeout_s: float = _f(60.0, Gt(0))  # a reset or step slower than this ends its episode as failed
+    history_length: int = checked(2, Ge(0))  # last H observation/action pairs in the prompt (reference: 2)
+    prompt_template: str = checked("alfworld", TEMPLATES)  # see agentrl/rollout/prompts.py
+    max_steps: int | None = checked(None, Ge(1))  # None: the environment's own default
+    num_workers: int = checked(0, Ge(0))  # environment worker processes; 0 runs them in the trainer's process
+    step_timeout_s: float = checked(60.0, Gt(0))  # a reset or step slower than this ends its episode as failed
     # probability that an episode's environment raises, at its reset or a step (fault injection for tests)
-    fault_rate: float = _f(0.0, Interval(ge=0, lt=1))
+    fault_rate: float = checked(0.0, Interval(ge=0, lt=1))
     # an iteration whose share of faulted episodes is above this stops the run
-    max_fault_share: float = _f(0.5, Interval(gt=0, le=1))
+    max_fault_share: float = checked(0.5, Interval(gt=0, le=1))
 
 
 @dataclass
 class HouseholdEnvConfig(EnvConfig):
-    name: str = _f("household", MinLen(1))
-    level: str = _f("default", tuple(HOUSEHOLD_LEVELS))  # see agentrl/envs/household.py
+    name: str = checked("household", MinLen(1))
+    level: str = checked("default", tuple(HOUSEHOLD_LEVELS))  # see agentrl/envs/household.py
 
 
 @dataclass
 class AlfworldEnvConfig(EnvConfig):
-    name: str = _f("alfworld", MinLen(1))
-    max_steps: int | None = _f(50, Ge(1))  # reference: 50
+    name: str = checked("alfworld", MinLen(1))
+    max_steps: int | None = checked(50, Ge(1))  # reference: 50
     # a download laid out as json_2.1.1/...; None: $ALFWORLD_DATA, else generated games
-    data_dir: str | None = _f(None, MinLen(1))
-    generated_per_type: int = _f(10, Ge(1))  # synthetic games per task type and split, when there is no download
-    generation_seed: int = _f(0, SEED)
+    data_dir: str | None = checked(None, MinLen(1))
+    generated_per_type: int = checked(10, Ge(1))  # synthetic games per task type and split, when there is no download
+    generation_seed: int = checked(0, SEED)
 
 
 @dataclass
 class ScienceworldEnvConfig(EnvConfig):
-    name: str = _f("scienceworld", MinLen(1))
-    max_steps: int | None = _f(30, Ge(1))  # EPO's script: max_steps=30 for sciworld
-    prompt_template: str = _f("scienceworld", TEMPLATES)
+    name: str = checked("scienceworld", MinLen(1))
+    max_steps: int | None = checked(30, Ge(1))  # EPO's script: max_steps=30 for sciworld
+    prompt_template: str = checked("scienceworld", TEMPLATES)
     # the reference's preset; "" for none, or a comma list (teleportAction,...): any string, the engine checks it
-    simplifications: str = _f("easy")
+    simplifications: str = checked("easy")
     # task names; None: the 29 of EPO's index files (docs/environments.md)
-    tasks: list[str] | None = _f(None, MinLen(1))
-    env_step_limit: int = _f(100, Ge(1))  # the engine's own move limit (the reference's envStepLimit)
-    anchor: str = _f("state", ("state", "observation"))  # GiGPO's anchor key: the object tree's hash, or the text
-    java_options: str = _f("-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1")  # each slot's JVM (~210 MB resident)
+    tasks: list[str] | None = checked(None, MinLen(1))
+    env_step_limit: int = checked(100, Ge(1))  # the engine's own move limit (the reference's envStepLimit)
+    anchor: str = checked("state", ("state", "observation"))  # GiGPO's anchor key: the object tree's hash, or the text
+    java_options: str = checked(
+        "-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    )  # each slot's JVM (~210 MB resident)
 
 
 # --------------------------------------------------------------------------- models
@@ -200,20 +203,22 @@ class TinyModelConfig:
     """How the embedded tiny model is built; its cache key is every field here plus the env. The dimensions
     must fit together (checks.py: heads divide the hidden size into an even head dimension, and so on)."""
 
-    hidden_size: int = _f(64, Interval(ge=2, le=TINY_MAX))
-    intermediate_size: int = _f(128, Interval(ge=1, le=TINY_MAX))  # MLP width; the update's cost is mostly here
-    num_layers: int = _f(2, Interval(ge=1, le=256))
-    num_heads: int = _f(2, Interval(ge=1, le=TINY_MAX))
+    hidden_size: int = checked(64, Interval(ge=2, le=TINY_MAX))
+    intermediate_size: int = checked(128, Interval(ge=1, le=TINY_MAX))  # MLP width; the update's cost is mostly here
+    num_layers: int = checked(2, Interval(ge=1, le=256))
+    num_heads: int = checked(2, Interval(ge=1, le=TINY_MAX))
     # None: num_heads (plain multi-head attention); fewer: grouped-query
-    num_kv_heads: int | None = _f(None, Interval(ge=1, le=TINY_MAX))
+    num_kv_heads: int | None = checked(None, Interval(ge=1, le=TINY_MAX))
     # the tokenizer's vocabulary: its byte alphabet and special tokens need about 300 entries
-    vocab_size: int = _f(1024, Interval(ge=300, le=1_000_000))
-    warmup_steps: int = _f(1500, Ge(0))  # supervised steps on random admissible actions (0: no warm-up)
-    demo_turns: int = _f(4000, Ge(1))  # turns of random admissible play that the tokenizer and the warm-up learn from
-    warmup_batch_size: int = _f(32, Ge(1))
-    warmup_lr: float = _f(3e-3, Gt(0))
-    cache_dir: str | None = _f(None, MinLen(1))  # default: $AGENTRL_CACHE or ~/.cache/agentrl
-    seed: int = _f(0, SEED)
+    vocab_size: int = checked(1024, Interval(ge=300, le=1_000_000))
+    warmup_steps: int = checked(1500, Ge(0))  # supervised steps on random admissible actions (0: no warm-up)
+    demo_turns: int = checked(
+        4000, Ge(1)
+    )  # turns of random admissible play that the tokenizer and the warm-up learn from
+    warmup_batch_size: int = checked(32, Ge(1))
+    warmup_lr: float = checked(3e-3, Gt(0))
+    cache_dir: str | None = checked(None, MinLen(1))  # default: $AGENTRL_CACHE or ~/.cache/agentrl
+    seed: int = checked(0, SEED)
 
 
 @dataclass
@@ -221,9 +226,9 @@ class LoraConfig:
     """Train a PEFT LoRA adapter instead of every weight; the KL reference is the base model (adapter off)."""
 
     enabled: bool = False
-    rank: int = _f(16, Ge(1))
-    alpha: int = _f(32, Gt(0))
-    dropout: float = _f(0.05, Interval(ge=0, lt=1))
+    rank: int = checked(16, Ge(1))
+    alpha: int = checked(32, Gt(0))
+    dropout: float = checked(0.05, Interval(ge=0, lt=1))
     target_modules: list[str] = field(
         default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
         metadata=valid(MinLen(1)),
@@ -234,8 +239,8 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     name: str = field(default=MISSING, metadata=valid(MinLen(1)))
-    hub_id: str | None = _f(None, MinLen(1))  # Hugging Face hub id
-    path: str | None = _f(None, MinLen(1))  # a local copy; wins over hub_id
+    hub_id: str | None = checked(None, MinLen(1))  # Hugging Face hub id
+    path: str | None = checked(None, MinLen(1))  # a local copy; wins over hub_id
     tiny: TinyModelConfig | None = None  # set only by model=tiny
     lora: LoraConfig = field(default_factory=LoraConfig)
 
@@ -247,11 +252,11 @@ class ModelConfig:
 class GigpoConfig:
     """GiGPO's step level (arXiv 2505.10978); read only with algo.estimator=gigpo."""
 
-    gamma: float = _f(0.95, SHARE)  # discount of the step returns
-    step_weight: float = _f(1.0, Ge(0))  # omega: A = A_episode + omega * A_step
+    gamma: float = checked(0.95, SHARE)  # discount of the step returns
+    step_weight: float = checked(1.0, Ge(0))  # omega: A = A_episode + omega * A_step
     anchor: AnchorKind = AnchorKind.state
     # group observation texts by difflib ratio instead of equality (needs anchor=observation)
-    similarity: float | None = _f(None, Interval(gt=0, lt=1))
+    similarity: float | None = checked(None, Interval(gt=0, lt=1))
 
 
 @dataclass
@@ -259,16 +264,18 @@ class ReplayConfig:
     """ARPO's per-task replay of successful episodes (arXiv 2505.16282)."""
 
     enabled: bool = False
-    capacity: int = _f(8, Ge(1))  # successful episodes kept per task (FIFO)
-    max_return: float = _f(10.0, Gt(0))  # the environment's best episode return; scores are returns / max_return
+    capacity: int = checked(8, Ge(1))  # successful episodes kept per task (FIFO)
+    max_return: float = checked(10.0, Gt(0))  # the environment's best episode return; scores are returns / max_return
     # an episode is stored when its score (in [0, 1]) is above this; below 0, every episode is (tests fill the
     # buffer that way with a model that wins nothing)
-    success_threshold: float = _f(0.1, Interval(ge=-1, le=1))
-    fail_std: float = _f(0.05, Ge(0))  # a group is "all-fail" when its scores' population std is below this...
-    fail_mean: float = _f(0.2, SHARE)  # ...and their mean is below this
+    success_threshold: float = checked(0.1, Interval(ge=-1, le=1))
+    fail_std: float = checked(0.05, Ge(0))  # a group is "all-fail" when its scores' population std is below this...
+    fail_mean: float = checked(0.2, SHARE)  # ...and their mean is below this
     importance_correction: bool = False  # PPO ratio against the stored behaviour log-probs (reference: off)
-    filter_trials: int = _f(0, Ge(0))  # K > 0: train only on tasks the base policy solves at least once in K tries
-    filter_candidates: int = _f(64, Ge(1))  # training tasks tried by the filter (procedural splits have no fixed size)
+    filter_trials: int = checked(0, Ge(0))  # K > 0: train only on tasks the base policy solves at least once in K tries
+    filter_candidates: int = checked(
+        64, Ge(1)
+    )  # training tasks tried by the filter (procedural splits have no fixed size)
 
 
 @dataclass
@@ -276,13 +283,13 @@ class EntropyConfig:
     """Entropy regularisation: none, a plain bonus, or EPO smoothing (arXiv 2509.22576, v2)."""
 
     mode: EntropyMode = EntropyMode.none
-    coef: float = _f(1e-3, Ge(0))  # lambda (EPO) or the bonus coefficient (reference yaml: 0.001)
+    coef: float = checked(1e-3, Ge(0))  # lambda (EPO) or the bonus coefficient (reference yaml: 0.001)
     aggregation: EntropyAggregation = EntropyAggregation.trajectory
-    alpha: float = _f(0.1, Ge(0))  # EPO: weight of the smoothing penalty (ALFWorld 0.1, ScienceWorld 0.05)
+    alpha: float = checked(0.1, Ge(0))  # EPO: weight of the smoothing penalty (ALFWorld 0.1, ScienceWorld 0.05)
     # EPO: band [kappa_low, kappa_high] * H-bar outside which entropy is penalised (kappa_low <= kappa_high)
-    kappa_low: float = _f(0.0, Ge(0))
-    kappa_high: float = _f(2.0, Ge(0))
-    gamma_beta: float = _f(3.0, Ge(0))  # EPO: beta_k = 1 + exp(-gamma_beta * k / floor(K/2))
+    kappa_low: float = checked(0.0, Ge(0))
+    kappa_high: float = checked(2.0, Ge(0))
+    gamma_beta: float = checked(3.0, Ge(0))  # EPO: beta_k = 1 + exp(-gamma_beta * k / floor(K/2))
 
 
 @dataclass
@@ -292,17 +299,17 @@ class AlgoConfig:
     estimator: Estimator = Estimator.grpo
     norm: Norm = Norm.std  # reference norm_adv_by_std_in_grpo=True
     episode_stats: EpisodeStats = EpisodeStats.rows
-    invalid_penalty: float = _f(0.1, Ge(0))  # c: cost of a reply with no parsable action
+    invalid_penalty: float = checked(0.1, Ge(0))  # c: cost of a reply with no parsable action
     gigpo: GigpoConfig = field(default_factory=GigpoConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     entropy: EntropyConfig = field(default_factory=EntropyConfig)
-    clip_epsilon: float = _f(0.2, Interval(gt=0, lt=1))  # PPO clip
-    clip_epsilon_high: float | None = _f(None, Gt(0))  # clip-higher (DAPO); None: symmetric
-    kl_coef: float = _f(0.01, Ge(0))  # beta of the low-variance KL to the reference policy; 0 disables it
+    clip_epsilon: float = checked(0.2, Interval(gt=0, lt=1))  # PPO clip
+    clip_epsilon_high: float | None = checked(None, Gt(0))  # clip-higher (DAPO); None: symmetric
+    kl_coef: float = checked(0.01, Ge(0))  # beta of the low-variance KL to the reference policy; 0 disables it
     # the per-token KL estimate is clamped to [-kl_clamp, kl_clamp] (verl); None: off
-    kl_clamp: float | None = _f(10.0, Gt(0))
+    kl_clamp: float | None = checked(10.0, Gt(0))
     # dual-clip PPO's c > 1 (verl clip_ratio_c): for A < 0 the loss is at most -c*A; None: off
-    dual_clip: float | None = _f(3.0, Gt(1), hint="dual-clip PPO's c")
+    dual_clip: float | None = checked(3.0, Gt(1), hint="dual-clip PPO's c")
     loss_aggregation: LossAggregation = LossAggregation.token_mean
 
 
@@ -317,20 +324,20 @@ class HardwareConfig:
     device: Device = Device.cpu
     precision: Precision = Precision.fp32
     # training ranks on this machine; > 1: agentrl starts them through accelerate
-    num_processes: int = _f(1, Ge(1))
+    num_processes: int = checked(1, Ge(1))
     strategy: Strategy = Strategy.ddp  # with several processes: ddp, DeepSpeed ZeRO-2/3 or FSDP
-    accelerate_config: str | None = _f(
+    accelerate_config: str | None = checked(
         None, MinLen(1)
     )  # an accelerate config file; None: conf/accelerate/<strategy>.yaml
-    main_process_port: int | None = _f(None, PORT)  # rendezvous port; None: a free one
+    main_process_port: int | None = checked(None, PORT)  # rendezvous port; None: a free one
 
 
 @dataclass
 class LoggerConfig:
     wandb_mode: WandbMode = WandbMode.offline  # online needs WANDB_API_KEY
-    project: str = _f("agentrl", MinLen(1))
-    entity: str | None = _f(None, MinLen(1))
-    group: str | None = _f(None, MinLen(1))  # None: a multirun's jobs share the sweep folder's name
+    project: str = checked("agentrl", MinLen(1))
+    entity: str | None = checked(None, MinLen(1))
+    group: str | None = checked(None, MinLen(1))  # None: a multirun's jobs share the sweep folder's name
     progress: bool = True  # the rich progress bar
 
 
@@ -341,66 +348,70 @@ class VllmConfig:
     mode: VllmMode = VllmMode.colocate
     # colocate: share of each GPU's memory vLLM may take; on vLLM's CPU build, share of the host memory node
     # the whole process may hold, trainer included (docs/vllm.md)
-    gpu_memory_utilization: float = _f(0.3, Interval(gt=0, le=1))
-    tensor_parallel_size: int = _f(1, Ge(1))  # colocate: GPUs one vLLM engine spans
+    gpu_memory_utilization: float = checked(0.3, Interval(gt=0, le=1))
+    tensor_parallel_size: int = checked(1, Ge(1))  # colocate: GPUs one vLLM engine spans
     enable_sleep_mode: bool = False  # colocate: free vLLM's memory during the update
-    max_model_length: int | None = _f(None, Ge(1))  # colocate: context length; None: the model's
-    server_host: str = _f("0.0.0.0", MinLen(1))  # server: where `trl vllm-serve` listens
-    server_port: int = _f(8000, PORT)
-    server_timeout: float = _f(240.0, Gt(0))  # server: seconds to wait for it to come up
+    max_model_length: int | None = checked(None, Ge(1))  # colocate: context length; None: the model's
+    server_host: str = checked("0.0.0.0", MinLen(1))  # server: where `trl vllm-serve` listens
+    server_port: int = checked(8000, PORT)
+    server_timeout: float = checked(240.0, Gt(0))  # server: seconds to wait for it to come up
     importance_sampling_correction: bool = True  # correct for vLLM/trainer log-prob mismatch (TRL)
-    importance_sampling_mode: str = _f("sequence_mask", IMPORTANCE_SAMPLING_MODES)
-    importance_sampling_clip_max: float = _f(3.0, Gt(0))
+    importance_sampling_mode: str = checked("sequence_mask", IMPORTANCE_SAMPLING_MODES)
+    importance_sampling_clip_max: float = checked(3.0, Gt(0))
 
 
 @dataclass
 class RolloutConfig:
     backend: Backend = Backend.hf  # set by the hardware/ profile; hf is the only one on CPU
     vllm: VllmConfig = field(default_factory=VllmConfig)
-    temperature: float = _f(1.0, Gt(0), hint="use eval.greedy=true for greedy decoding")  # reference temperature
-    top_p: float = _f(1.0, Interval(gt=0, le=1))
-    max_new_tokens: int = _f(128, Ge(1))
-    max_prompt_tokens: int = _f(2048, Ge(1))  # longer prompts keep their end (the current observation)
+    temperature: float = checked(1.0, Gt(0), hint="use eval.greedy=true for greedy decoding")  # reference temperature
+    top_p: float = checked(1.0, Interval(gt=0, le=1))
+    max_new_tokens: int = checked(128, Ge(1))
+    max_prompt_tokens: int = checked(2048, Ge(1))  # longer prompts keep their end (the current observation)
 
 
 @dataclass
 class TrainerConfig:
-    iterations: int = _f(200, Ge(1))
-    tasks_per_iteration: int = _f(16, Ge(1))  # B groups per iteration
-    group_size: int = _f(8, Ge(1))  # N episodes per task (2 or more for the group-based estimators)
+    iterations: int = checked(200, Ge(1))
+    tasks_per_iteration: int = checked(16, Ge(1))  # B groups per iteration
+    group_size: int = checked(8, Ge(1))  # N episodes per task (2 or more for the group-based estimators)
     # train on a fixed pool of this many tasks (ARPO needs tasks to recur); None: the whole split
-    task_pool: int | None = _f(None, Ge(1))
-    learning_rate: float = _f(1e-6, Gt(0))
-    weight_decay: float = _f(0.0, Ge(0))
-    max_grad_norm: float = _f(1.0, Ge(0))  # 0: no clipping
-    micro_batch_size: int = _f(
+    task_pool: int | None = checked(None, Ge(1))
+    learning_rate: float = checked(1e-6, Gt(0))
+    weight_decay: float = checked(0.0, Ge(0))
+    max_grad_norm: float = checked(1.0, Ge(0))  # 0: no clipping
+    micro_batch_size: int = checked(
         64, Ge(1)
     )  # rows per forward/backward pass (memory only: the loss does not depend on it)
     # rows per optimizer step over all ranks (verl ppo_mini_batch_size), a multiple of the ranks; None: all
-    mini_batch_size: int | None = _f(None, Ge(1))
-    epochs: int = _f(
+    mini_batch_size: int | None = checked(None, Ge(1))
+    epochs: int = checked(
         1, Ge(1)
     )  # passes over each iteration's rows (verl ppo_epochs); one optimizer step per mini-batch and pass
-    save_every: int = _f(
+    save_every: int = checked(
         50, Ge(1)
     )  # iterations between checkpoints; the last iteration (and a stop on a signal) always saves
-    eval_every: int = _f(25, Ge(0))  # iterations between held-out evaluations; 0 disables; the end always evaluates
-    keep_last: int = _f(3, Ge(1))  # checkpoints kept on disk
-    resume: str | None = _f(
+    eval_every: int = checked(
+        25, Ge(0)
+    )  # iterations between held-out evaluations; 0 disables; the end always evaluates
+    keep_last: int = checked(3, Ge(1))  # checkpoints kept on disk
+    resume: str | None = checked(
         None, MinLen(1)
     )  # "auto": this run folder's newest complete checkpoint; or a checkpoint/run folder
     # consecutive updates with a non-finite loss or advantage that are skipped before the run stops
-    max_nonfinite_updates: int = _f(3, Ge(1))
+    max_nonfinite_updates: int = checked(3, Ge(1))
 
 
 @dataclass
 class EvalConfig:
-    split: str | None = _f(None, MinLen(1))  # None: the environment's held-out split
-    num_tasks: int = _f(50, Ge(1))
-    episodes_per_task: int = _f(1, Ge(1))  # k of pass@k
-    temperature: float = _f(0.4, Gt(0), hint="use eval.greedy=true for greedy decoding")  # reference eval temperature
+    split: str | None = checked(None, MinLen(1))  # None: the environment's held-out split
+    num_tasks: int = checked(50, Ge(1))
+    episodes_per_task: int = checked(1, Ge(1))  # k of pass@k
+    temperature: float = checked(
+        0.4, Gt(0), hint="use eval.greedy=true for greedy decoding"
+    )  # reference eval temperature
     greedy: bool = False
-    seed: int = _f(1234, SEED)
+    seed: int = checked(1234, SEED)
 
 
 @dataclass
@@ -413,21 +424,21 @@ class TrainConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    seed: int = _f(0, SEED)
+    seed: int = checked(0, SEED)
 
 
 @dataclass
 class EvalRunConfig:
     """`agentrl eval`: a checkpoint (or a baseline policy) on a split of an environment."""
 
-    checkpoint: str | None = _f(None, MinLen(1))  # a checkpoint folder or a run folder (its last checkpoint)
+    checkpoint: str | None = checked(None, MinLen(1))  # a checkpoint folder or a run folder (its last checkpoint)
     policy: PolicyKind = PolicyKind.checkpoint
     env: Any = MISSING
     hardware: HardwareConfig = field(default_factory=HardwareConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    output: str | None = _f(None, MinLen(1))  # default: <checkpoint>/eval-<split> or the Hydra run folder
-    seed: int = _f(0, SEED)
+    output: str | None = checked(None, MinLen(1))  # default: <checkpoint>/eval-<split> or the Hydra run folder
+    seed: int = checked(0, SEED)
 
 
 def register_configs() -> None:

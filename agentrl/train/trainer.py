@@ -18,7 +18,6 @@ integration"):
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -269,9 +268,17 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         for micro in batching.micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
             ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], dim=1)
             mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], dim=1)
-            logps, _, _ = self._get_per_token_logps_and_entropies(model, ids, mask, micro["completion_ids"].size(1))
+            logps, _ = self._token_logps(model, ids, mask, micro["completion_ids"].size(1))
             chunks.append(logps)
         return torch.cat(chunks, dim=0)
+
+    def _token_logps(self, model, ids, attention, completion_tokens: int, entropies: bool = False):
+        """Each completion token's log-probability (and entropy): TRL's own pass, tiled by rows. It is private
+        in TRL 1.16 and has no public equivalent; this is the one place agentrl calls it."""
+        logps, token_entropies, _ = self._get_per_token_logps_and_entropies(
+            model, ids, attention, completion_tokens, compute_entropy=entropies
+        )
+        return logps, token_entropies
 
     # ------------------------------------------------------------------ the loss of one micro-batch
 
@@ -287,9 +294,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         mask = inputs["completion_mask"]
-        logps, entropies, _ = self._get_per_token_logps_and_entropies(
-            model, ids, attention, mask.size(1), compute_entropy=True
-        )
+        logps, entropies = self._token_logps(model, ids, attention, mask.size(1), entropies=True)
         old = inputs.get("old_per_token_logps")
         old = logps.detach() if old is None else old
         clip_high = algo.clip_epsilon_high if algo.clip_epsilon_high is not None else algo.clip_epsilon
@@ -314,7 +319,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
     # ------------------------------------------------------------------ one iteration: its optimizer steps
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        """Collect one iteration, then take one optimizer step per mini-batch and epoch (verl's `update_policy`).
+        """Collect one iteration, then take one optimizer step per mini-batch and epoch (`update.update_policy`).
 
         Every step happens here; TRL's own step after this call finds no gradient, so it only advances the
         learning-rate schedule and `global_step` (one per iteration) and logs."""
@@ -322,69 +327,52 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         batch = self._collect_iteration(inputs)
         started = time.time()
         self.loss_stats = LossStats()
-        losses, grad_norms, skipped = [], [], 0
-        finite = on_every_rank(self.accelerator, bool(torch.isfinite(batch["advantages"]).all()))
+        result = update.update_policy(
+            model,
+            self.optimizer,
+            self.accelerator,
+            self._mini_batches(batch) * self.cfg.trainer.epochs if self._can_update(model, batch) else [],
+            micro_batch_size=self.cfg.trainer.micro_batch_size,
+            max_grad_norm=self.args.max_grad_norm,
+            loss_of=self._compute_loss,
+            loss_context=self.compute_loss_context_manager,
+            accept=lambda finite, which: self._accept_update(model, finite, which),
+        )
+        self._end_iteration_metrics(result, time.time() - started)
+        if not result.losses:
+            return torch.zeros((), device=self.accelerator.device)
+        return torch.stack(result.losses).mean()
+
+    def _can_update(self, model, batch: dict[str, Any]) -> bool:
+        """Whether the iteration has rows and every rank's advantages are finite (if not, that skip is counted)."""
         if not batch["advantages"].numel():
-            steps = []
-        elif not finite:
-            self._accept_update(model, False)
-            steps = []
-        else:
-            steps = self._mini_batches(batch) * self.cfg.trainer.epochs  # cut (and counted over ranks) once
-        for number, mini in enumerate(steps, start=1):
-            stepped = self._update_on(model, mini, f"mini-batch {number} of {len(steps)}")
-            if stepped is None:
-                skipped += 1
-            else:
-                losses.append(stepped[0])
-                grad_norms.append(stepped[1])
-        if self.entropy_reg is not None and steps:
-            if skipped:
-                self.entropy_reg.discard_iteration()  # the history keeps whole iterations only
+            return False
+        if not on_every_rank(self.accelerator, bool(torch.isfinite(batch["advantages"]).all())):
+            return self._accept_update(model, False)
+        return True
+
+    def _mini_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
+        """One epoch's mini-batches, cut and counted over ranks once."""
+        return update.cut_mini_batches(batch, self.mini_batch_rows(batch["advantages"].shape[0]), self.accelerator)
+
+    def _end_iteration_metrics(self, result: update.UpdateResult, update_s: float) -> None:
+        """The update's metrics; EPO's entropy history takes the iteration's mean entropy over every rank's tokens
+        (and only whole iterations: one skipped step discards it)."""
+        stepped = result.losses or result.skipped
+        if self.entropy_reg is not None and stepped:
+            if result.skipped:
+                self.entropy_reg.discard_iteration()
             else:
                 totals = torch.tensor(
                     self.entropy_reg.pending_totals(), dtype=torch.float64, device=self.accelerator.device
                 )
-                totals = self.accelerator.reduce(totals, reduction="sum")  # the mean over every rank's tokens
+                totals = self.accelerator.reduce(totals, reduction="sum")
                 self.iteration_metrics.update(self.entropy_reg.end_iteration(float(totals[0]), float(totals[1])))
         self.iteration_metrics.update(self.loss_stats.reduce(self.accelerator))
-        self.iteration_metrics["train/optimizer_steps"] = float(len(grad_norms))
-        if grad_norms:
-            self.iteration_metrics["train/grad_norm"] = float(np.mean(grad_norms))
-        self._step += 1
-        self.iteration_metrics["time/update_s"] = time.time() - started
-        if not losses:
-            return torch.zeros((), device=self.accelerator.device)
-        return torch.stack(losses).mean()
-
-    def _mini_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        return update.cut_mini_batches(batch, self.mini_batch_rows(batch["advantages"].shape[0]), self.accelerator)
-
-    def _accumulate_gradient(self, model, mini: dict[str, Any]) -> tuple[torch.Tensor, bool]:
-        return update.accumulate_gradient(
-            model,
-            mini,
-            self.cfg.trainer.micro_batch_size,
-            self.accelerator,
-            self._compute_loss,
-            self.compute_loss_context_manager,
-        )
-
-    def _update_on(self, model, mini: dict[str, Any], which: str) -> tuple[torch.Tensor, float] | None:
-        """One optimizer step on one mini-batch: (its loss, the gradient norm before clipping), or None when the
-        step was skipped for a non-finite loss or gradient."""
-        loss, finite = self._accumulate_gradient(model, mini)
-        grad_norm = self._clipped_grad_norm(model)  # every rank, even after a non-finite loss: it is collective
-        # a finite loss can still give a non-finite gradient (a NaN in an attention kernel's backward): stepping on
-        # it would make every weight NaN
-        if not self._accept_update(model, finite and math.isfinite(grad_norm), which):
-            return None
-        self.optimizer.step()
-        model.zero_grad(set_to_none=True)  # TRL's step after training_step then has nothing to apply
-        return loss, grad_norm
-
-    def _clipped_grad_norm(self, model) -> float:
-        return update.clipped_grad_norm(model, self.accelerator, self.args.max_grad_norm)
+        self.iteration_metrics["train/optimizer_steps"] = float(len(result.grad_norms))
+        if result.grad_norms:
+            self.iteration_metrics["train/grad_norm"] = float(np.mean(result.grad_norms))
+        self.iteration_metrics["time/update_s"] = update_s
 
     def _accept_update(self, model, finite: bool, which: str = "") -> bool:
         """`update.accept_step` with this run's counts of non-finite updates."""

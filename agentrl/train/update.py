@@ -1,22 +1,24 @@
 """One iteration's optimizer updates as plain functions, on verl's schedule (`update_policy`):
 
     cut_mini_batches(batch)            consecutive row slices, each with its token and row counts over every rank
-    for each mini-batch and epoch:
-        accumulate_gradient(...)       the micro-batch loop: forward, the loss, backward
-        clipped_grad_norm(...)         the norm before clipping (collective)
-        accept or skip                 a non-finite loss or gradient skips the step (AgentTrainer._accept_update)
+    update_policy(...)                 for each mini-batch and epoch:
+        accumulate_gradient(...)           the micro-batch loop: forward, the loss, backward
+        clipped_grad_norm(...)             the norm before clipping (collective)
+        accept_step(...)                   a non-finite loss or gradient skips the step
         optimizer.step()
+    -> UpdateResult                    each accepted step's loss and gradient norm, and the skipped steps
 
-Each function takes what it uses (model, accelerator, batch, config values) and nothing else; the trainer
-(agentrl/train/trainer.py) calls them from `training_step`; its `_compute_loss` assembles one micro-batch's loss
-from agentrl/algos/policy_loss.py.
+Each function takes what it uses (model, optimizer, accelerator, batch, config values) and nothing else. The
+trainer (agentrl/train/trainer.py) calls `update_policy` from `training_step`, with its `_compute_loss` (one
+micro-batch's loss, from agentrl/algos/policy_loss.py) as `loss_of` and its skip counts behind `accept`.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -77,6 +79,46 @@ def accumulate_gradient(
         total += loss.detach()
     accelerator.gradient_state._set_sync_gradients(True)
     return total, finite
+
+
+@dataclass
+class UpdateResult:
+    """One iteration's optimizer steps: each accepted step's loss and gradient norm (before clipping)."""
+
+    losses: list[torch.Tensor] = field(default_factory=list)
+    grad_norms: list[float] = field(default_factory=list)
+    skipped: int = 0  # steps thrown away for a non-finite loss or gradient
+
+
+def update_policy(
+    model,
+    optimizer,
+    accelerator,
+    minis: list[dict[str, Any]],
+    *,
+    micro_batch_size: int | None,
+    max_grad_norm: float,
+    loss_of: Callable[[Any, dict[str, Any]], torch.Tensor],
+    loss_context: Callable[[], AbstractContextManager],
+    accept: Callable[[bool, str], bool],
+) -> UpdateResult:
+    """One optimizer step per mini-batch, in order (`minis` holds every epoch's), as verl's `update_policy` does.
+
+    `accept(finite, which)` is the accept/skip decision (`accept_step` with the run's counts)."""
+    result = UpdateResult()
+    for number, mini in enumerate(minis, start=1):
+        loss, finite = accumulate_gradient(model, mini, micro_batch_size, accelerator, loss_of, loss_context)
+        grad_norm = clipped_grad_norm(model, accelerator, max_grad_norm)  # every rank, even after a non-finite loss
+        # a finite loss can still give a non-finite gradient (a NaN in an attention kernel's backward): stepping on
+        # it would make every weight NaN
+        if not accept(finite and math.isfinite(grad_norm), f"mini-batch {number} of {len(minis)}"):
+            result.skipped += 1
+            continue
+        optimizer.step()
+        model.zero_grad(set_to_none=True)  # TRL's step after training_step then has nothing to apply
+        result.losses.append(loss)
+        result.grad_norms.append(grad_norm)
+    return result
 
 
 def clipped_grad_norm(model, accelerator, max_grad_norm: float) -> float:

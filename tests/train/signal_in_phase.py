@@ -4,7 +4,7 @@ wrapped to send the signal first.
 
     python tests/train/signal_in_phase.py rollout|update ITERATION SIGNAL train <overrides...>
 
-rollout: at the second turn of that iteration's rollout; update: at its first optimizer step. The signal goes to
+rollout: at the second turn of that iteration's rollout; update: at its first micro-batch's loss. The signal goes to
 this process. With several ranks, tests/train/signal_hooks/sitecustomize.py instruments rank 0 the same way
 and sends the signal to the launching process, as a scheduler would."""
 
@@ -25,7 +25,8 @@ def instrument(phase: str, iteration: int, signum: int, target_pid: int) -> None
     def number(trainer) -> int:
         return trainer.state.global_step + 1
 
-    original_rollout, original_act, original_update = Trainer._rollout, policies.HFPolicy.act, Trainer._update_on
+    original_rollout, original_act, original_loss = Trainer._rollout, policies.HFPolicy.act, Trainer._compute_loss
+    updated = set()  # the iterations whose update has begun
 
     def watched_rollout(self, tasks, group_size, lockstep=None):
         rollout.update(on=lockstep is not None and number(self) == iteration, turns=0)
@@ -41,12 +42,13 @@ def instrument(phase: str, iteration: int, signum: int, target_pid: int) -> None
                 os.kill(target_pid, signum)
         return original_act(self, turns)
 
-    def watched_update(self, model, mini, which):
-        if phase == "update" and number(self) == iteration and which.startswith("mini-batch 1 "):
+    def watched_loss(self, model, inputs):
+        if phase == "update" and model.training and number(self) == iteration and iteration not in updated:
+            updated.add(iteration)
             os.kill(target_pid, signum)
-        return original_update(self, model, mini, which)
+        return original_loss(self, model, inputs)
 
-    Trainer._rollout, policies.HFPolicy.act, Trainer._update_on = watched_rollout, watched_act, watched_update
+    Trainer._rollout, policies.HFPolicy.act, Trainer._compute_loss = watched_rollout, watched_act, watched_loss
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from agentrl.errors import UserError
+from agentrl.train import update
 from agentrl.train.trainer import AgentTrainer
 
 
@@ -63,31 +64,48 @@ def test_too_many_in_a_row_stop_the_run_with_one_line():
     assert "trainer.max_nonfinite_updates=2" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_finite_loss_with_a_nan_gradient_does_not_reach_the_weights():
+def _update_one_mini_batch(trainer, model, optimizer, monkeypatch, clip_to: float) -> update.UpdateResult:
+    """`update.update_policy` over one mini-batch whose micro-batch loop has already left `model`'s gradients."""
+    monkeypatch.setattr(update, "accumulate_gradient", lambda *args: (torch.tensor(0.5), True))
+    monkeypatch.setattr(
+        update,
+        "clipped_grad_norm",
+        lambda model, *args: float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip_to)),
+    )
+    return update.update_policy(
+        model,
+        optimizer,
+        trainer.accelerator,
+        [{}],
+        micro_batch_size=None,
+        max_grad_norm=clip_to,
+        loss_of=None,
+        loss_context=None,
+        accept=lambda finite, which: AgentTrainer._accept_update(trainer, model, finite, which),
+    )
+
+
+def test_a_finite_loss_with_a_nan_gradient_does_not_reach_the_weights(monkeypatch):
     """A NaN in a backward kernel (cuDNN's attention on CUDA did this) gives a finite loss and NaN gradients:
     the step is skipped and counted, and the weights stay as they were."""
     trainer, model = _fake_trainer(), _model_with_gradients()
     model.weight.grad[0, 0] = float("nan")
-    trainer.optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
-    trainer._accumulate_gradient = lambda model, mini: (torch.tensor(0.5), True)
-    trainer._clipped_grad_norm = lambda model: float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-    trainer._accept_update = lambda *a, **k: AgentTrainer._accept_update(trainer, *a, **k)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.1)
     before = [p.detach().clone() for p in model.parameters()]
-    assert AgentTrainer._update_on(trainer, model, {}, "mini-batch 1 of 1") is None
-    trainer.optimizer.step()  # TRL's own step after training_step: nothing to apply
+    result = _update_one_mini_batch(trainer, model, optimizer, monkeypatch, clip_to=1.0)
+    assert result.skipped == 1 and not result.losses
+    optimizer.step()  # TRL's own step after training_step: nothing to apply
     assert all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert trainer.iteration_metrics["train/skipped_updates"] == 1.0
 
 
-def test_a_finite_gradient_steps_and_reports_the_norm_before_clipping():
+def test_a_finite_gradient_steps_and_reports_the_norm_before_clipping(monkeypatch):
     trainer, model = _fake_trainer(), _model_with_gradients()
-    trainer.optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    trainer._accumulate_gradient = lambda model, mini: (torch.tensor(0.5), True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     norm = float(torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in model.parameters()])))
-    trainer._clipped_grad_norm = lambda model: float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e-3))
-    trainer._accept_update = lambda *a, **k: AgentTrainer._accept_update(trainer, *a, **k)
     before = [p.detach().clone() for p in model.parameters()]
-    loss, grad_norm = AgentTrainer._update_on(trainer, model, {}, "mini-batch 1 of 1")
-    assert float(loss) == 0.5 and grad_norm == pytest.approx(norm)
+    result = _update_one_mini_batch(trainer, model, optimizer, monkeypatch, clip_to=1e-3)
+    assert [float(loss) for loss in result.losses] == [0.5] and result.grad_norms == [pytest.approx(norm)]
+    assert result.skipped == 0
     assert not any(torch.equal(a, b) for a, b in zip(before, model.parameters()))
     assert all(p.grad is None for p in model.parameters())
