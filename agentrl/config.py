@@ -24,6 +24,7 @@ from annotated_types import Ge, Gt, Interval, MinLen
 from omegaconf import MISSING
 
 from agentrl.envs.household import LEVELS as HOUSEHOLD_LEVELS
+from agentrl.registry_models import REGISTRY_MODELS
 from agentrl.rollout.prompts import TEMPLATES
 
 
@@ -242,6 +243,8 @@ class ModelConfig:
     hub_id: str | None = checked(None, MinLen(1))  # Hugging Face hub id
     path: str | None = checked(None, MinLen(1))  # a local copy; wins over hub_id
     tiny: TinyModelConfig | None = None  # set only by model=tiny
+    # a model fetched from the package registry and converted on first use (agentrl/registry_models.py)
+    registry: str | None = checked(None, tuple(REGISTRY_MODELS))
     lora: LoraConfig = field(default_factory=LoraConfig)
 
 

@@ -1,4 +1,4 @@
-"""Load policy models and tokenizers: a local folder, a hub id, or the embedded tiny model.
+"""Load policy models and tokenizers: a local folder, a hub id, the embedded tiny model, or a registry model.
 
 Nothing here downloads unless the hub is reachable; offline, a hub id that is
 not in the local cache fails with one line that says how to point
@@ -32,7 +32,8 @@ def torch_dtype(precision: str):
 
 
 def resolve_model_source(model_cfg: Any, env_cfg: Any) -> str:
-    """The folder or hub id to load: model.path, else the built tiny model, else model.hub_id."""
+    """The folder or hub id to load: model.path, else the built tiny model, else the converted registry model,
+    else model.hub_id."""
     if model_cfg.path:
         path = Path(model_cfg.path).expanduser()
         if not path.exists():
@@ -42,6 +43,10 @@ def resolve_model_source(model_cfg: Any, env_cfg: Any) -> str:
         from agentrl.tiny_model import ensure_tiny_model
 
         return str(ensure_tiny_model(model_cfg.tiny, env_cfg))
+    if model_cfg.get("registry"):
+        from agentrl.registry_models import ensure_registry_model
+
+        return str(ensure_registry_model(model_cfg.registry))
     if model_cfg.hub_id:
         return model_cfg.hub_id
     raise UserError(f"model '{model_cfg.name}' has neither model.path nor model.hub_id")
