@@ -244,6 +244,8 @@ def convert(spec: RegistryModel, gguf_path: Path, out_dir: Path) -> None:
     with _quiet_dequantize_bar():
         model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=file, dtype=torch.float32)
     tokenizer.model_max_length = model.config.max_position_embeddings  # the converter leaves it unlimited
+    # the converter turns on WordPiece's space clean-up, which transformers warns corrupts BPE text on decoding
+    tokenizer.clean_up_tokenization_spaces = False
     for kind in ("bos", "eos"):  # the converter keeps the GGUF's ids in the model config: they must agree
         stated = getattr(model.config, f"{kind}_token_id")
         if stated != ids[kind]:
