@@ -22,7 +22,7 @@ LAYERS = [
     {"algos"},
     {"envs"},
     {"rollout"},
-    {"config", "checks", "tracking"},
+    {"config", "checks", "tracking", "registry_models"},
     {"tiny_model", "qwen_shapes", "models", "lora"},
     {"evaluate"},
     {"train"},

