@@ -43,7 +43,7 @@ def resolve_model_source(model_cfg: Any, env_cfg: Any) -> str:
         from agentrl.tiny_model import ensure_tiny_model
 
         return str(ensure_tiny_model(model_cfg.tiny, env_cfg))
-    if model_cfg.get("registry"):
+    if getattr(model_cfg, "registry", None):  # a run recorded before model.registry existed has none
         from agentrl.registry_models import ensure_registry_model
 
         return str(ensure_registry_model(model_cfg.registry))
