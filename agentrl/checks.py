@@ -177,6 +177,10 @@ def check_cross_fields(cfg: Any) -> None:
         check_lora(cfg.model.lora)
         if cfg.model.get("tiny") is not None:
             check_tiny(cfg.model.tiny)
+            if cfg.model.get("registry"):  # the tiny model would be built and the registry model ignored
+                raise UserError(
+                    f"model.registry={cfg.model.registry} has no effect with model=tiny; use model={cfg.model.registry}"
+                )
 
 
 def check_tiny(tiny: Any) -> None:

@@ -257,3 +257,5 @@ def test_the_model_option_composes_without_fetching_and_checks_the_name(monkeypa
     assert cfg.model.name == NAME and cfg.model.tiny is None and cfg.model.hub_id is None
     with pytest.raises(UserError, match="model.registry"):
         preflight("train", [f"model={NAME}", "model.registry=smollm3-9b"])
+    with pytest.raises(UserError, match=f"model.registry={NAME} has no effect with model=tiny; use model={NAME}"):
+        preflight("train", [f"model.registry={NAME}"])  # the default model=tiny would win
