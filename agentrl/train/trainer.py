@@ -268,12 +268,19 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
             return self._logps_of(self.model, batch)
 
     def _logps_of(self, model, batch: dict[str, Any]) -> torch.Tensor:
+        """Every row's completion log-probs, (rows, the batch's completion width), over the same micro-batches as
+        the update. With a token budget each micro-batch is trimmed to its own columns (the budget counts those) and
+        its log-probs padded back with zeros, which the completion mask leaves out; without one, untrimmed."""
+        t = self.cfg.trainer
+        budget = t.micro_batch_tokens
+        width = batch["completion_ids"].size(1)
+        bounds = update.micro_batch_bounds(batch, t.micro_batch_size, budget, self.accelerator)
         chunks = []
-        for micro in batching.micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
+        for micro in batching.row_slices(batch, bounds, trim=budget is not None):
             ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], dim=1)
             mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], dim=1)
             logps, _ = self._token_logps(model, ids, mask, micro["completion_ids"].size(1))
-            chunks.append(logps)
+            chunks.append(torch.nn.functional.pad(logps, (0, width - logps.size(1))))
         return torch.cat(chunks, dim=0)
 
     def _token_logps(self, model, ids, attention, completion_tokens: int, entropies: bool = False):
@@ -337,6 +344,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
             self.accelerator,
             self._mini_batches(batch) * self.cfg.trainer.epochs if self._can_update(model, batch) else [],
             micro_batch_size=self.cfg.trainer.micro_batch_size,
+            micro_batch_tokens=self.cfg.trainer.micro_batch_tokens,
             max_grad_norm=self.args.max_grad_norm,
             loss_of=self._compute_loss,
             loss_context=self.compute_loss_context_manager,
