@@ -163,3 +163,26 @@ def test_splitting_to_a_count_keeps_order_and_only_shrinks_micro_batches(sizes, 
     assert all(any(s >= a and e <= b for a, b in bounds) for s, e in split)
     with pytest.raises(ValueError):
         split_to_count(bounds, ends[-1] + 1)
+
+
+class _TwoRanks:
+    """An accelerator stand-in whose other rank packed its rows into `other` micro-batches."""
+
+    num_processes, device = 2, "cpu"
+
+    def __init__(self, other: int | None):
+        self.other = other
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        assert self.other is not None, "no collective is needed without a token budget"
+        return torch.cat([tensor, torch.tensor([self.other])])
+
+
+def test_ranks_agree_on_the_number_of_micro_batches():
+    from agentrl.train.update import micro_batch_bounds as agreed_bounds
+
+    t = token_tensors(_batch(), length_order(_batch()), PAD, padding=1)
+    t["advantages"] = torch.tensor([1.0, 2.0, 0.0])
+    assert agreed_bounds(t, 3, 10, _TwoRanks(other=3)) == [(0, 1), (1, 2), (2, 3)]  # this rank packed 2: split
+    assert agreed_bounds(t, 3, 10, _TwoRanks(other=1)) == [(0, 1), (1, 3)]  # the other rank splits instead
+    assert agreed_bounds(t, 2, None, _TwoRanks(other=None)) == [(0, 2), (2, 3)]  # by rows: equal already
