@@ -387,8 +387,8 @@ class TrainerConfig:
     # them): rows are packed in training order up to it, micro_batch_size rows at most (verl's use_dynamic_bsz with
     # ppo_max_token_len_per_gpu); a row longer than this goes alone. Memory only. None: rows only
     micro_batch_tokens: int | None = checked(None, Ge(1))
-    # recompute each layer's activations in the backward pass instead of keeping them: less memory for about a third
-    # more compute per update (verl's enable_gradient_checkpointing); the loss and gradient do not change
+    # recompute each layer's activations in the backward pass instead of keeping them: less memory for one more
+    # forward pass per micro-batch of the update (verl's enable_gradient_checkpointing); loss and gradient unchanged
     gradient_checkpointing: bool = False
     # rows per optimizer step over all ranks (verl ppo_mini_batch_size), a multiple of the ranks; None: all
     mini_batch_size: int | None = checked(None, Ge(1))
