@@ -386,6 +386,13 @@ class TrainerConfig:
     micro_batch_size: int = checked(
         64, Ge(1)
     )  # rows per forward/backward pass (memory only: the loss does not depend on it)
+    # tokens per forward/backward pass, padding included (rows x the longest prompt + the longest completion among
+    # them): rows are packed in training order up to it, micro_batch_size rows at most (verl's use_dynamic_bsz with
+    # ppo_max_token_len_per_gpu); a row longer than this goes alone. Memory only. None: rows only
+    micro_batch_tokens: int | None = checked(None, Ge(1))
+    # recompute each layer's activations in the backward pass instead of keeping them: less memory for one more
+    # forward pass per micro-batch of the update (verl's enable_gradient_checkpointing); loss and gradient unchanged
+    gradient_checkpointing: bool = False
     # rows per optimizer step over all ranks (verl ppo_mini_batch_size), a multiple of the ranks; None: all
     mini_batch_size: int | None = checked(None, Ge(1))
     epochs: int = checked(

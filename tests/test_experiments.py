@@ -54,6 +54,7 @@ VERL_AGENT_ALFWORLD = {
     "trainer.mini_batch_size": 256,
     "trainer.micro_batch_size": 32,
     "trainer.epochs": 1,
+    "trainer.gradient_checkpointing": True,  # enable_gradient_checkpointing=True
     "trainer.eval_every": 5,
     "eval.split": None,
     "eval.num_tasks": 128,
@@ -129,6 +130,7 @@ EXPECTED = {
         "trainer.tasks_per_iteration": 16,
         "trainer.group_size": 8,
         "trainer.mini_batch_size": 64,
+        "trainer.gradient_checkpointing": True,
         "eval.num_tasks": 16,
         "eval.temperature": 0.4,
     },

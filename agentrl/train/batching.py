@@ -113,8 +113,14 @@ def micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
     """Row slices of the batch (mini-batches, or micro-batches of one); with `trim`, padding columns that
     no row of the slice uses are dropped. Scalars (0-dim tensors, numbers) are passed through."""
     rows = batch["advantages"].shape[0]
-    for start in range(0, rows, size):
-        sl = slice(start, start + size)
+    yield from row_slices(batch, [(start, min(start + size, rows)) for start in range(0, rows, size)], trim)
+
+
+def row_slices(batch: dict[str, Any], bounds: list[tuple[int, int]], trim: bool = True):
+    """The batch's rows [start, end) for each of `bounds`, in order; with `trim`, padding columns that no row of
+    the slice uses are dropped. Scalars (0-dim tensors, numbers) are passed through."""
+    for start, end in bounds:
+        sl = slice(start, end)
         micro = {k: (v[sl] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in batch.items()}
         if trim:
             used_p = micro["prompt_mask"].any(dim=0).nonzero()
@@ -127,6 +133,63 @@ def micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
                 if k in micro:
                     micro[k] = micro[k][:, :c_to]
         yield micro
+
+
+def row_spans(batch: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Each row's prompt span (from its first attended column to the end: prompts are left-padded) and completion
+    span (up to its last attended column: completions are right-padded), the columns a trimmed slice keeps for it."""
+    prompt = batch["prompt_mask"].bool()
+    completion = batch["completion_mask"].bool()
+    width = prompt.size(1)
+    first = torch.where(prompt.any(dim=1), prompt.int().argmax(dim=1), width - 1)
+    last = completion.size(1) - completion.flip(dims=[1]).int().argmax(dim=1)
+    last = torch.where(completion.any(dim=1), last, 1)
+    return (width - first).cpu().numpy(), last.cpu().numpy()
+
+
+def token_budget_bounds(
+    prompt_spans: np.ndarray, completion_spans: np.ndarray, max_rows: int, max_tokens: int
+) -> list[tuple[int, int]]:
+    """Consecutive row ranges [start, end) that cover every row once, in order, each of at most `max_rows` rows and
+    at most `max_tokens` tokens as a trimmed slice pads them (rows x (longest prompt + longest completion)). A row
+    that alone exceeds the budget gets a range of its own. Greedy: rows sorted by length pack tightly."""
+    bounds: list[tuple[int, int]] = []
+    start, longest_prompt, longest_completion = 0, 0, 0
+    for row, (prompt, completion) in enumerate(zip(prompt_spans, completion_spans)):
+        wider_prompt, wider_completion = max(longest_prompt, prompt), max(longest_completion, completion)
+        rows = row - start + 1
+        if row > start and (rows > max_rows or rows * (wider_prompt + wider_completion) > max_tokens):
+            bounds.append((start, row))
+            start, wider_prompt, wider_completion = row, prompt, completion
+        longest_prompt, longest_completion = wider_prompt, wider_completion
+    if len(prompt_spans):
+        bounds.append((start, len(prompt_spans)))
+    return bounds
+
+
+def split_to_count(bounds: list[tuple[int, int]], count: int) -> list[tuple[int, int]]:
+    """`bounds` split further until there are `count` ranges (at most one per row): the range with the most rows is
+    halved each time, which keeps every range within the budget it was packed to. Ranks agree on a count this way,
+    since each forward and backward pass is a collective under DDP, ZeRO and FSDP."""
+    bounds = list(bounds)
+    rows = bounds[-1][1] - bounds[0][0] if bounds else 0
+    if count > rows:
+        raise ValueError(f"cannot split {rows} rows into {count} micro-batches")
+    while len(bounds) < count:
+        widest = max(range(len(bounds)), key=lambda i: bounds[i][1] - bounds[i][0])
+        start, end = bounds[widest]
+        middle = start + (end - start) // 2
+        bounds[widest : widest + 1] = [(start, middle), (middle, end)]
+    return bounds
+
+
+def micro_batch_bounds(batch: dict[str, Any], max_rows: int, max_tokens: int | None) -> list[tuple[int, int]]:
+    """The row ranges of a batch's micro-batches: `max_rows` rows each (`trainer.micro_batch_size`), and with
+    `max_tokens` (`trainer.micro_batch_tokens`) packed to that many tokens, padding included."""
+    rows = batch["advantages"].shape[0]
+    if max_tokens is None:
+        return [(start, min(start + max_rows, rows)) for start in range(0, rows, max_rows)]
+    return token_budget_bounds(*row_spans(batch), max_rows, max_tokens)
 
 
 def entropy_row_weights(episodes: np.ndarray, tokens: np.ndarray, rows_per_mini_batch: int, entropy: Any) -> np.ndarray:

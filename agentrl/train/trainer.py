@@ -138,7 +138,9 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
                 pool=self.pool,
                 lockstep=lockstep,
             )
-        with unwrap_model_for_generation(self.model_wrapped, self.accelerator) as unwrapped:
+        with unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
+        ) as unwrapped:
             interrupt = self.stop.wanted if lockstep is not None else None
             policy = HFPolicy(unwrapped, self.processing_class, sampling, self.eos_token_ids, interrupt=interrupt)
             return collect(
@@ -180,7 +182,9 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
 
     def evaluate(self) -> dict[str, float]:
         """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks."""
-        with unwrap_model_for_generation(self.model_wrapped, self.accelerator) as unwrapped:
+        with unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
+        ) as unwrapped:
             if self.accelerator.num_processes == 1:
                 return self.evaluator(unwrapped)
             return self.evaluator(
@@ -264,12 +268,19 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
             return self._logps_of(self.model, batch)
 
     def _logps_of(self, model, batch: dict[str, Any]) -> torch.Tensor:
+        """Every row's completion log-probs, (rows, the batch's completion width), over the same micro-batches as
+        the update. With a token budget each micro-batch is trimmed to its own columns (the budget counts those) and
+        its log-probs padded back with zeros, which the completion mask leaves out; without one, untrimmed."""
+        t = self.cfg.trainer
+        budget = t.micro_batch_tokens
+        width = batch["completion_ids"].size(1)
+        bounds = update.micro_batch_bounds(batch, t.micro_batch_size, budget, self.accelerator)
         chunks = []
-        for micro in batching.micro_batches(batch, self.cfg.trainer.micro_batch_size, trim=False):
+        for micro in batching.row_slices(batch, bounds, trim=budget is not None):
             ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], dim=1)
             mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], dim=1)
             logps, _ = self._token_logps(model, ids, mask, micro["completion_ids"].size(1))
-            chunks.append(logps)
+            chunks.append(torch.nn.functional.pad(logps, (0, width - logps.size(1))))
         return torch.cat(chunks, dim=0)
 
     def _token_logps(self, model, ids, attention, completion_tokens: int, entropies: bool = False):
@@ -333,6 +344,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
             self.accelerator,
             self._mini_batches(batch) * self.cfg.trainer.epochs if self._can_update(model, batch) else [],
             micro_batch_size=self.cfg.trainer.micro_batch_size,
+            micro_batch_tokens=self.cfg.trainer.micro_batch_tokens,
             max_grad_norm=self.args.max_grad_norm,
             loss_of=self._compute_loss,
             loss_context=self.compute_loss_context_manager,

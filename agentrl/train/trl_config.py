@@ -44,7 +44,10 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
         use_cpu=plain_value(hw.device) == "cpu",
         bf16=plain_value(hw.precision) == "bf16",
         fp16=plain_value(hw.precision) == "fp16",
-        gradient_checkpointing=False,
+        gradient_checkpointing=t.gradient_checkpointing,
+        # non-reentrant: works with LoRA (no input gradients needed) and DDP (no unused-parameter hooks to confuse);
+        # TRL turns on PEFT's input gradients itself, and switches to reentrant for PEFT under ZeRO-3
+        gradient_checkpointing_kwargs={"use_reentrant": False},
         ddp_find_unused_parameters=False,  # every parameter takes part in every forward pass
         logging_steps=1,
         save_strategy="steps",

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from agentrl.errors import UserError
-from agentrl.train.batching import micro_batches
+from agentrl.train import batching
 from agentrl.train.distributed import on_every_rank
 
 
@@ -42,7 +42,7 @@ def optimizer_steps(rows: int, mini_batch_rows: int, epochs: int) -> int:
 def cut_mini_batches(batch: dict[str, Any], rows: int, accelerator) -> list[dict[str, Any]]:
     """Consecutive slices of `rows` rows (this rank's share of `trainer.mini_batch_size`), each with its token and
     real-row counts over every rank: the loss's denominators. Every rank has as many rows, so as many slices."""
-    minis = list(micro_batches(batch, rows, trim=False))
+    minis = list(batching.micro_batches(batch, rows, trim=False))
     counts = torch.stack([torch.stack([m["completion_mask"].sum(), m["is_real_row"].sum()]) for m in minis])
     counts = accelerator.reduce(counts.float(), reduction="sum")
     for mini, (tokens, real_rows) in zip(minis, counts):
@@ -50,18 +50,35 @@ def cut_mini_batches(batch: dict[str, Any], rows: int, accelerator) -> list[dict
     return minis
 
 
+def micro_batch_bounds(
+    batch: dict[str, Any], micro_batch_size: int, micro_batch_tokens: int | None, accelerator
+) -> list[tuple[int, int]]:
+    """The row ranges of the batch's micro-batches (`trainer.micro_batch_size` rows, and `trainer.micro_batch_tokens`
+    tokens when set), as many on every rank: each forward and backward pass is a collective under DDP, ZeRO and
+    FSDP, so a rank whose rows pack into fewer micro-batches splits its largest ones (collective with a budget)."""
+    bounds = batching.micro_batch_bounds(batch, micro_batch_size, micro_batch_tokens)
+    if micro_batch_tokens is None or accelerator.num_processes == 1:
+        return bounds  # by rows alone: every rank has as many rows, so as many micro-batches
+    counts = accelerator.gather(torch.tensor([len(bounds)], device=accelerator.device))
+    return batching.split_to_count(bounds, int(counts.max()))
+
+
 def accumulate_gradient(
     model,
     mini: dict[str, Any],
     micro_batch_size: int | None,
+    micro_batch_tokens: int | None,
     accelerator,
     loss_of: Callable[[Any, dict[str, Any]], torch.Tensor],
     loss_context: Callable[[], AbstractContextManager],
 ) -> tuple[torch.Tensor, bool]:
-    """Forward and backward passes over one mini-batch's micro-batches: (its loss, whether it is finite)."""
+    """Forward and backward passes over one mini-batch's micro-batches: (its loss, whether it is finite). How the
+    rows are split does not change the sum: each micro-batch's loss is already divided by the whole mini-batch's
+    token or row count (`num_items_in_batch`, `num_rows_in_batch`)."""
     total = torch.zeros((), device=accelerator.device)
     finite = True
-    micros = list(micro_batches(mini, micro_batch_size))
+    bounds = micro_batch_bounds(mini, micro_batch_size, micro_batch_tokens, accelerator)
+    micros = list(batching.row_slices(mini, bounds))
     for index, micro in enumerate(micros):
         # DeepSpeed steps inside backward when gradients sync: only after the mini-batch's last micro-batch.
         # accelerate (1.x) has no public setter outside its own accumulate() context, whose step counting assumes
@@ -97,6 +114,7 @@ def update_policy(
     minis: list[dict[str, Any]],
     *,
     micro_batch_size: int | None,
+    micro_batch_tokens: int | None = None,
     max_grad_norm: float,
     loss_of: Callable[[Any, dict[str, Any]], torch.Tensor],
     loss_context: Callable[[], AbstractContextManager],
@@ -107,7 +125,9 @@ def update_policy(
     `accept(finite, which)` is the accept/skip decision (`accept_step` with the run's counts)."""
     result = UpdateResult()
     for number, mini in enumerate(minis, start=1):
-        loss, finite = accumulate_gradient(model, mini, micro_batch_size, accelerator, loss_of, loss_context)
+        loss, finite = accumulate_gradient(
+            model, mini, micro_batch_size, micro_batch_tokens, accelerator, loss_of, loss_context
+        )
         grad_norm = clipped_grad_norm(model, accelerator, max_grad_norm)  # every rank, even after a non-finite loss
         # a finite loss can still give a non-finite gradient (a NaN in an attention kernel's backward): stepping on
         # it would make every weight NaN

@@ -4,6 +4,7 @@ hand-made batches in TRL's batch-dict layout."""
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -14,6 +15,14 @@ from agentrl.train.trainer import AgentTrainer
 @pytest.fixture(scope="module")
 def trainer(cache_dir, tmp_path_factory):
     """One trainer per test module; tests that change its weights restore them."""
+    with built_trainer(cache_dir, tmp_path_factory.mktemp("loss") / "checkpoints") as built:
+        yield built
+
+
+@contextmanager
+def built_trainer(cache_dir, output_dir, overrides=()):
+    """The real AgentTrainer on the +debug=fast tiny model (built once per session), in training mode, with
+    `overrides` on top of `+debug=fast logger=none`; its environment pool is closed afterwards."""
     from hydra import compose
 
     from agentrl.envs.registry import make_suite
@@ -26,29 +35,31 @@ def trainer(cache_dir, tmp_path_factory):
     saved_cache = os.environ.get("AGENTRL_CACHE")
     os.environ["AGENTRL_CACHE"] = str(cache_dir)  # the session's tiny model (+debug=fast), built once
     with hydra_initialized():
-        cfg = compose(config_name="train", overrides=["+debug=fast", "logger=none"])
+        cfg = compose(config_name="train", overrides=["+debug=fast", "logger=none", *overrides])
     suite = make_suite(cfg.env)
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
     pool = make_pool(suite.make_env, cfg.env.num_workers, cfg.env.step_timeout_s)
-    trainer = AgentTrainer(
-        model=model,
-        tokenizer=tokenizer,
-        cfg=cfg,
-        suite=suite,
-        pool=pool,
-        sampler=TaskSampler(suite, "train", cfg.seed),
-        tracker=NullTracker(),
-        evaluator=lambda model, *args, **kwargs: {},
-        output_dir=tmp_path_factory.mktemp("loss") / "checkpoints",
-    )
-    trainer.model.train()
-    trainer.current_gradient_accumulation_steps = 1  # what transformers' loop sets: no accumulation
-    yield trainer
-    pool.close()
-    if saved_cache is None:
-        os.environ.pop("AGENTRL_CACHE", None)
-    else:
-        os.environ["AGENTRL_CACHE"] = saved_cache
+    try:
+        trainer = AgentTrainer(
+            model=model,
+            tokenizer=tokenizer,
+            cfg=cfg,
+            suite=suite,
+            pool=pool,
+            sampler=TaskSampler(suite, "train", cfg.seed),
+            tracker=NullTracker(),
+            evaluator=lambda model, *args, **kwargs: {},
+            output_dir=output_dir,
+        )
+        trainer.model.train()
+        trainer.current_gradient_accumulation_steps = 1  # what transformers' loop sets: no accumulation
+        yield trainer
+    finally:
+        pool.close()
+        if saved_cache is None:
+            os.environ.pop("AGENTRL_CACHE", None)
+        else:
+            os.environ["AGENTRL_CACHE"] = saved_cache
 
 
 def make_batch(trainer, advantages, completion_lengths, prompt_length=5, seed=0):

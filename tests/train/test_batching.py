@@ -1,4 +1,5 @@
-"""Step rows -> TRL's tensors: padding, padding rows that weigh nothing, log-prob rows, micro-batch trimming."""
+"""Step rows -> TRL's tensors: padding, padding rows that weigh nothing, log-prob rows, micro-batch trimming, and
+micro-batches packed to a token budget (`trainer.micro_batch_tokens`)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,23 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from agentrl.errors import UserError
 from agentrl.rollout.collector import StepBatch
-from agentrl.train.batching import length_order, micro_batches, padded_rows, sampled_logps, token_tensors
+from agentrl.train.batching import (
+    length_order,
+    micro_batch_bounds,
+    micro_batches,
+    padded_rows,
+    row_slices,
+    row_spans,
+    sampled_logps,
+    split_to_count,
+    token_budget_bounds,
+    token_tensors,
+)
 
 PAD = 0
 
@@ -65,3 +79,110 @@ def test_micro_batches_cover_every_row_once_and_trim_unused_columns():
     assert micros[1]["completion_ids"].tolist() == [[9, 10]]
     untrimmed = list(micro_batches(t, 2, trim=False))
     assert [m["prompt_ids"].shape for m in untrimmed] == [(2, 3), (1, 3)]
+
+
+# --------------------------------------------------------------------------- micro-batches by token budget
+
+
+def _tokens(prompt_spans, completion_spans, start: int, end: int) -> int:
+    """What a trimmed micro-batch of rows [start, end) holds, padding included."""
+    return (end - start) * (max(prompt_spans[start:end]) + max(completion_spans[start:end]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(1, 40), st.integers(1, 40)), max_size=30),
+    max_rows=st.integers(1, 8),
+    max_tokens=st.integers(1, 200),
+)
+def test_packing_keeps_order_covers_every_row_once_and_stays_within_the_budget(rows, max_rows, max_tokens):
+    prompts = np.array([p for p, _ in rows], dtype=int)
+    completions = np.array([c for _, c in rows], dtype=int)
+    bounds = token_budget_bounds(prompts, completions, max_rows, max_tokens)
+    covered = [i for start, end in bounds for i in range(start, end)]
+    assert covered == list(range(len(rows)))  # every row once, in order, no empty micro-batch
+    for start, end in bounds:
+        assert end - start <= max_rows
+        assert end - start == 1 or _tokens(prompts, completions, start, end) <= max_tokens
+    for (start, _), (next_start, _) in zip(bounds, bounds[1:]):
+        # greedy: the next row would have broken a limit (so the packing is not needlessly fine)
+        grown = _tokens(prompts, completions, start, next_start + 1)
+        assert next_start + 1 - start > max_rows or grown > max_tokens
+
+
+def test_a_row_longer_than_the_budget_goes_alone():
+    prompts, completions = np.array([2, 2, 9, 2, 2]), np.array([1, 1, 9, 1, 1])
+    assert token_budget_bounds(prompts, completions, max_rows=8, max_tokens=6) == [(0, 2), (2, 3), (3, 5)]
+    assert token_budget_bounds(prompts, completions, max_rows=1, max_tokens=100) == [(i, i + 1) for i in range(5)]
+    assert token_budget_bounds(np.array([], dtype=int), np.array([], dtype=int), 4, 10) == []
+
+
+def test_the_budget_counts_the_longest_prompt_plus_the_longest_completion():
+    # rows 0 and 1 each take 5 tokens, but together they pad to 2 x (4 + 4) = 16
+    prompts, completions = np.array([4, 1]), np.array([1, 4])
+    assert token_budget_bounds(prompts, completions, max_rows=8, max_tokens=15) == [(0, 1), (1, 2)]
+    assert token_budget_bounds(prompts, completions, max_rows=8, max_tokens=16) == [(0, 2)]
+
+
+def test_spans_are_what_trimming_keeps():
+    t = token_tensors(_batch(), length_order(_batch()), PAD, padding=1)
+    t["advantages"] = torch.tensor([1.0, 2.0, 0.0])
+    prompts, completions = row_spans(t)
+    assert prompts.tolist() == [1, 3, 1] and completions.tolist() == [3, 2, 1]  # the padding row: 1 and (empty) 1
+    for start, end in [(0, 1), (1, 2), (2, 3), (0, 2), (1, 3), (0, 3)]:
+        (micro,) = row_slices(t, [(start, end)])
+        width = micro["prompt_ids"].size(1) + micro["completion_ids"].size(1)
+        assert micro["prompt_ids"].size(0) * width == _tokens(prompts, completions, start, end)
+
+
+def test_bounds_by_rows_are_the_plain_micro_batches():
+    t = token_tensors(_batch(), length_order(_batch()), PAD, padding=1)
+    t["advantages"] = torch.tensor([1.0, 2.0, 0.0])
+    assert micro_batch_bounds(t, 2, None) == [(0, 2), (2, 3)]
+    plain = list(micro_batches(t, 2))
+    by_bounds = list(row_slices(t, micro_batch_bounds(t, 2, None)))
+    assert all(torch.equal(a[k], b[k]) for a, b in zip(plain, by_bounds) for k in a)
+    # spans (1, 3), (3, 2), (1, 1): rows 0 and 1 would pad to 2 x (3 + 3) = 12; rows 1 and 2 to 2 x (3 + 2) = 10
+    assert micro_batch_bounds(t, 3, 10) == [(0, 1), (1, 3)]
+    assert micro_batch_bounds(t, 3, 12) == [(0, 2), (2, 3)]
+    assert micro_batch_bounds(t, 1, 100) == [(0, 1), (1, 2), (2, 3)]  # micro_batch_size still bounds the rows
+
+
+@given(
+    sizes=st.lists(st.integers(1, 6), min_size=1, max_size=8),
+    extra=st.integers(0, 20),
+)
+def test_splitting_to_a_count_keeps_order_and_only_shrinks_micro_batches(sizes, extra):
+    ends = np.cumsum(sizes).tolist()
+    bounds = list(zip([0, *ends[:-1]], ends))
+    count = min(len(bounds) + extra, ends[-1])
+    split = split_to_count(bounds, count)
+    assert len(split) == count
+    assert [i for start, end in split for i in range(start, end)] == list(range(ends[-1]))
+    # each new range lies inside one of the old ones, so it holds no more tokens than the old one did
+    assert all(any(s >= a and e <= b for a, b in bounds) for s, e in split)
+    with pytest.raises(ValueError):
+        split_to_count(bounds, ends[-1] + 1)
+
+
+class _TwoRanks:
+    """An accelerator stand-in whose other rank packed its rows into `other` micro-batches."""
+
+    num_processes, device = 2, "cpu"
+
+    def __init__(self, other: int | None):
+        self.other = other
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        assert self.other is not None, "no collective is needed without a token budget"
+        return torch.cat([tensor, torch.tensor([self.other])])
+
+
+def test_ranks_agree_on_the_number_of_micro_batches():
+    from agentrl.train.update import micro_batch_bounds as agreed_bounds
+
+    t = token_tensors(_batch(), length_order(_batch()), PAD, padding=1)
+    t["advantages"] = torch.tensor([1.0, 2.0, 0.0])
+    assert agreed_bounds(t, 3, 10, _TwoRanks(other=3)) == [(0, 1), (1, 2), (2, 3)]  # this rank packed 2: split
+    assert agreed_bounds(t, 3, 10, _TwoRanks(other=1)) == [(0, 1), (1, 3)]  # the other rank splits instead
+    assert agreed_bounds(t, 2, None, _TwoRanks(other=None)) == [(0, 2), (2, 3)]  # by rows: equal already

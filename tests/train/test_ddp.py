@@ -35,7 +35,17 @@ def runs(tmp_path_factory, cache_dir):
     variants = (
         ("single", []),
         ("ddp", ["hardware=cpu_ddp"]),
-        ("ddp_mini_batches", ["hardware=cpu_ddp", "trainer.mini_batch_size=4"]),
+        # also checkpointing, and a token budget of about one or two rows, so that the ranks' rows may pack into
+        # different numbers of micro-batches, which they must agree on (or the gradient all-reduce hangs)
+        (
+            "ddp_mini_batches",
+            [
+                "hardware=cpu_ddp",
+                "trainer.mini_batch_size=4",
+                "trainer.gradient_checkpointing=true",
+                "trainer.micro_batch_tokens=300",
+            ],
+        ),
     )
     for name, extra in variants:
         run_dir = tmp_path_factory.mktemp(name) / "r"
@@ -130,7 +140,8 @@ def test_resume_on_two_ranks(runs, tmp_path, cache_dir):
 
 
 def test_mini_batches_on_two_ranks(runs):
-    """Each rank takes 2 of every mini-batch's 4 rows; both take the same steps (or the collectives hang)."""
+    """Each rank takes 2 of every mini-batch's 4 rows; both take the same steps (or the collectives hang), also with
+    gradient checkpointing and micro-batches packed to a token budget."""
     records = [json.loads(line) for line in (runs["ddp_mini_batches"][0] / "metrics.jsonl").read_text().splitlines()]
     steps = [r["train/optimizer_steps"] for r in records if "train/optimizer_steps" in r]
     assert len(steps) == 2

@@ -1,7 +1,8 @@
 """The loss path in-process, on the real trainer and the tiny model, against numbers worked out by hand.
 
 - Micro-batches change nothing: for every loss aggregation offered, the loss and the gradient of an
-  iteration split into micro-batches equal those of the iteration in one piece.
+  iteration split into micro-batches (by rows, or packed to a token budget) equal those of the iteration in
+  one piece.
 - The values are the aggregation's formula: with the PPO ratio at 1 and no KL, the per-token loss is
   -A_i, so token-mean is -sum_i A_i n_i / sum_i n_i and seq-mean is -mean_i A_i.
 - The sign of the advantage reaches the gradient: one step raises the log-probability of a completion
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 from agentrl.algos.entropy import EntropyRegularizer
-from agentrl.train.batching import micro_batches
+from agentrl.train.batching import micro_batch_bounds, micro_batches, row_slices
 from tests.train.conftest import make_batch
 
 pytestmark = pytest.mark.slow  # builds the +debug=fast tiny model once (seconds)
@@ -30,11 +31,16 @@ ADVANTAGES = [1.5, -0.5, 0.25, -2.0, 1.0]
 LENGTHS = [3, 1, 4, 2, 4]
 
 
-def loss_and_gradient(trainer, batch, micro_batch_size):
+def loss_and_gradient(trainer, batch, micro_batch_size, micro_batch_tokens=None):
     model = trainer.model
     model.zero_grad(set_to_none=True)
     total = torch.zeros(())
-    for micro in micro_batches(batch, micro_batch_size):
+    if micro_batch_tokens is None:
+        micros = list(micro_batches(batch, micro_batch_size))
+    else:
+        micros = list(row_slices(batch, micro_batch_bounds(batch, micro_batch_size, micro_batch_tokens)))
+        assert len(micros) > 1  # the budget does split this batch
+    for micro in micros:
         loss = trainer._compute_loss(model, micro)
         loss.backward()
         total += loss.detach()
@@ -51,6 +57,21 @@ def test_micro_batches_give_the_whole_batch_loss_and_gradient(trainer, aggregati
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
     whole_loss, whole_grad = loss_and_gradient(trainer, batch, micro_batch_size=len(ADVANTAGES))
     split_loss, split_grad = loss_and_gradient(trainer, batch, micro_batch_size=micro_batch_size)
+    assert split_loss.item() == pytest.approx(whole_loss.item(), abs=1e-6)
+    assert torch.allclose(split_grad, whole_grad, atol=1e-6, rtol=1e-4)
+    assert whole_grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("aggregation", AGGREGATIONS)
+@pytest.mark.parametrize("micro_batch_tokens", [1, 16, 20, 30])
+def test_token_budgets_give_the_whole_batch_loss_and_gradient(trainer, aggregation, micro_batch_tokens, monkeypatch):
+    """Prompts of 5 tokens, completions of 3, 1, 4, 2, 4: budget 1 puts every row alone (each is longer), 16 packs
+    2, 1, 1, 1 rows, 20 packs 2, 2, 1 and 30 packs 3, 2: micro-batches of unequal sizes."""
+    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", aggregation)
+    monkeypatch.setattr(trainer, "beta", 0.0)
+    batch = make_batch(trainer, ADVANTAGES, LENGTHS)
+    whole_loss, whole_grad = loss_and_gradient(trainer, batch, micro_batch_size=len(ADVANTAGES))
+    split_loss, split_grad = loss_and_gradient(trainer, batch, len(ADVANTAGES), micro_batch_tokens)
     assert split_loss.item() == pytest.approx(whole_loss.item(), abs=1e-6)
     assert torch.allclose(split_grad, whole_grad, atol=1e-6, rtol=1e-4)
     assert whole_grad.abs().sum() > 0

@@ -3,7 +3,8 @@
 - With two mini-batches, the old log-probs are the generating policy's for both; the first step's ratio is
   exactly 1, the second's is not, and the clip binds exactly where rho and the sign of A say it must.
 - Micro-batches change nothing: one iteration of several steps lands on the same weights whether each
-  mini-batch is one micro-batch or several, for token-mean and seq-mean.
+  mini-batch is one micro-batch or several (by rows, or packed to a token budget, which also cuts the old
+  log-probs' pass), for token-mean and seq-mean.
 - The loss is TRL's GRPO loss with verl's KL gradient: where neither clamp nor dual clip binds, it equals
   TRL's `_compute_loss` with `use_bias_correction_kl=False`, value and gradient.
 """
@@ -93,17 +94,22 @@ def test_micro_batches_do_not_change_the_steps(restored, aggregation, monkeypatc
     start = copy.deepcopy(trainer.model.state_dict())
     before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
     weights = {}
-    for micro in (2, 1):
+    # rows of 5 prompt tokens and 3, 2, 4, 3 completion tokens: a budget of 16 pairs rows 0 and 1 and splits 2 and 3
+    for micro, tokens in ((2, None), (1, None), (2, 16), (2, 1)):
         trainer.model.load_state_dict(start)
         monkeypatch.setitem(trainer.cfg.trainer, "micro_batch_size", micro)
+        monkeypatch.setitem(trainer.cfg.trainer, "micro_batch_tokens", tokens)
         batch = make_batch(trainer, ADVANTAGES, LENGTHS, seed=4)
         trainer._add_policy_logps(batch)
         # plain SGD: the weights are linear in the gradients (Adam would amplify float noise in near-zero ones)
         steps = one_iteration(trainer, batch, monkeypatch, lr=0.5, optimizer=torch.optim.SGD)
         assert steps["train/optimizer_steps"] == 4
-        weights[micro] = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
-    assert not torch.allclose(weights[2], before)
-    assert torch.allclose(weights[1], weights[2], atol=1e-6, rtol=1e-5)
+        weights[micro, tokens] = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
+    whole = weights[2, None]
+    assert not torch.allclose(whole, before)
+    assert torch.allclose(weights[1, None], whole, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(weights[2, 16], whole, atol=1e-6, rtol=1e-5)
+    assert torch.allclose(weights[2, 1], whole, atol=1e-6, rtol=1e-5)
 
 
 def test_the_loss_is_trls_with_verls_kl_gradient(trainer, monkeypatch):
