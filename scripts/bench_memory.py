@@ -8,6 +8,7 @@ always reply max_new_tokens tokens, so the measured run meets the bound the plan
 
     python scripts/bench_memory.py                                 # the tiny default
     python scripts/bench_memory.py --model-path /tmp/qwen05 --only 0.5b-mb4 0.5b-mb4-checkpointing
+    python scripts/bench_memory.py --recipes                       # the real-model recipes on 80 GB H100s, no run
     (the folder: python scripts/build_qwen_shaped.py --size 0.5b --out /tmp/qwen05)
 
 Each run takes minutes on 2 cores (0.5B: ~5-15); run one at a time on a shared machine.
@@ -77,12 +78,46 @@ def measure(overrides: list[str]) -> None:
         print(f"MEASURED {peak_kib / 1024**2:.2f} {time.time() - started:.0f} {done.returncode}")
 
 
+H100_BYTES = 81559 * 1024**2  # an 80 GB H100 as nvidia-smi reports it
+RECIPE_RUNS = {
+    "grpo_alfworld_1.5b": [["hardware=gpu"]],
+    "gigpo_alfworld_1.5b": [["hardware=gpu"]],
+    "grpo_alfworld_7b": [
+        ["hardware=gpu"],
+        ["hardware=multi_gpu", "hardware.num_processes=4", "hardware.strategy=fsdp"],
+    ],
+    "gigpo_alfworld_7b": [
+        ["hardware=gpu"],
+        ["hardware=multi_gpu", "hardware.num_processes=4", "hardware.strategy=fsdp"],
+    ],
+    "gigpo_alfworld_7b_lora": [["hardware=gpu"], ["hardware=multi_gpu", "hardware.num_processes=2"]],
+}
+
+
+def recipe_estimates() -> None:
+    """Each real-model recipe's plan on 80 GB H100s (no GPU needed: the plan reads the Qwen2.5 shapes)."""
+    from agentrl import memory_plan as mp
+    from agentrl.launch import preflight
+
+    print("recipe | hardware | peak GiB per GPU (of 79.6) | larger phase | the largest terms")
+    for name, runs in RECIPE_RUNS.items():
+        for hardware in runs:
+            cfg = preflight("train", [f"+experiment={name}", *hardware])
+            estimate = mp.plan(mp.model_shape(cfg.model), mp.workload(cfg, H100_BYTES))
+            top = sorted(estimate.terms.items(), key=lambda kv: -kv[1])[:4]
+            terms = ", ".join(f"{k} {v / mp.GIB:.1f}" for k, v in top)
+            print(f"{name} | {' '.join(hardware)} | {estimate.peak / mp.GIB:.1f} | {estimate.larger_phase} | {terms}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model-path", help="a Qwen2.5-0.5B-shaped folder (scripts/build_qwen_shaped.py --size 0.5b)")
     p.add_argument("--only", nargs="*", help="setting names to run (default: all)")
+    p.add_argument("--recipes", action="store_true", help="print the real-model recipes' estimates on H100s, no run")
     p.add_argument("--measure", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)  # the measuring child
     args = p.parse_args()
+    if args.recipes:
+        return recipe_estimates()
     if args.measure is not None:
         return measure(args.measure)
     rows = []
