@@ -96,6 +96,7 @@ RECIPE_RUNS = {
 
 def recipe_estimates() -> None:
     """Each real-model recipe's plan on 80 GB H100s (no GPU needed: the plan reads the Qwen2.5 shapes)."""
+    from agentrl import memory_check
     from agentrl import memory_plan as mp
     from agentrl.launch import preflight
 
@@ -103,7 +104,7 @@ def recipe_estimates() -> None:
     for name, runs in RECIPE_RUNS.items():
         for hardware in runs:
             cfg = preflight("train", [f"+experiment={name}", *hardware])
-            estimate = mp.plan(mp.model_shape(cfg.model), mp.workload(cfg, H100_BYTES))
+            estimate = mp.plan(memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100_BYTES))
             top = sorted(estimate.terms.items(), key=lambda kv: -kv[1])[:4]
             terms = ", ".join(f"{k} {v / mp.GIB:.1f}" for k, v in top)
             print(f"{name} | {' '.join(hardware)} | {estimate.peak / mp.GIB:.1f} | {estimate.larger_phase} | {terms}")

@@ -120,7 +120,7 @@ def test_a_qwen_config_json_gives_the_published_parameter_count():
 
 
 def _memory(monkeypatch, gib: float) -> None:
-    monkeypatch.setattr(mp, "device_memory", lambda hardware: int(gib * mp.GIB))
+    monkeypatch.setattr(memory_check, "device_memory", lambda hardware: int(gib * mp.GIB))
 
 
 def test_the_embedded_default_is_not_refused_on_24_gb(monkeypatch):
