@@ -41,6 +41,7 @@ QWEN_SHORT = [
     "rollout.max_prompt_tokens=256",
     "rollout.max_new_tokens=16",
     "eval.num_tasks=2",
+    "trainer.eval_every=0",  # the evaluation at the end only (generation of 2 episodes: not the peak)
     "algo.kl_coef=0.01",
 ]
 
