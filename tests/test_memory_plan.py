@@ -188,3 +188,30 @@ def test_config_prints_the_memory_plan(run_cli):
     assert "memory plan: estimated peak" in result.stdout
     for term in ("weights", "optimizer", "reference", "activations", "lm_head", "kv_cache", "scores"):
         assert term in result.stdout
+
+
+H100 = 81559 * 1024**2  # an 80 GB H100, as nvidia-smi reports it
+
+
+@pytest.mark.parametrize(
+    "recipe, hardware",
+    [
+        ("grpo_alfworld_1.5b", ["hardware=gpu"]),
+        ("grpo_alfworld_1.5b", ["hardware=gpu", "rollout.backend=vllm"]),
+        ("grpo_alfworld_7b", ["hardware=multi_gpu", "hardware.num_processes=4", "hardware.strategy=fsdp"]),
+        ("gigpo_alfworld_7b_lora", ["hardware=multi_gpu", "hardware.num_processes=2"]),
+        ("gigpo_alfworld_7b_lora", ["hardware=gpu", "rollout.backend=vllm"]),
+    ],
+)
+def test_the_recipes_fit_80_gb_gpus_on_their_documented_hardware(recipe, hardware):
+    cfg = preflight("train", [f"+experiment={recipe}", *hardware])
+    estimate = mp.plan(memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100))
+    assert estimate.peak < H100
+    if "1.5b" not in recipe or "rollout.backend=vllm" in hardware:  # HF generate leaves the 1.5B little margin
+        assert estimate.peak < 0.85 * H100
+
+
+def test_a_full_7b_update_does_not_fit_one_gpu_whatever_the_micro_batch():
+    cfg = preflight("train", ["+experiment=grpo_alfworld_7b", "hardware=gpu", "rollout.backend=vllm"])
+    shape, work = memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100)
+    assert mp.largest_fitting_budget(shape, work, H100) is None
