@@ -215,3 +215,14 @@ def test_a_full_7b_update_does_not_fit_one_gpu_whatever_the_micro_batch():
     cfg = preflight("train", ["+experiment=grpo_alfworld_7b", "hardware=gpu", "rollout.backend=vllm"])
     shape, work = memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100)
     assert mp.largest_fitting_budget(shape, work, H100) is None
+
+
+def test_train_refuses_before_building_anything_in_one_line(run_cli, cache_dir):
+    # a million-token prompt bound: no machine holds the plan's activations
+    result = run_cli("train", "rollout.max_prompt_tokens=1000000", "logger=none")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the memory plan estimates"), result.stderr[-2000:]
+    for key in ("trainer.micro_batch_tokens", "rollout.max_prompt_tokens", "trainer.memory_check=false"):
+        assert key in lines[0]
+    assert not any(cache_dir.iterdir())  # the tiny model was not built
