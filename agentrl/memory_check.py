@@ -209,7 +209,8 @@ def plan_table(cfg: Any):
         return plan_text(cfg)
     estimate, _, _, memory = found
     against = f" of {gib(memory)}" if memory else ""
-    table = Table(title=f"memory plan: peak {gib(estimate.peak)} per device{against} ({estimate.larger_phase} phase)")
+    title = f"memory plan: peak {gib(estimate.peak)} per device{against} ({estimate.larger_phase} phase)"
+    table = Table(title=title, title_justify="left", min_width=len(title))
     table.add_column("term")
     table.add_column("GiB", justify="right")
     table.add_column("held")
