@@ -12,7 +12,9 @@ Each term is a pure function below, its formula in its docstring. The shapes are
 (`ModelShape`); the sizes the config's (`Workload`). Sizes in bytes; b is the bytes of one value in
 hardware.precision (4 for fp32, 2 for bf16/fp16). The plan is an upper bound in spirit: it sizes every
 micro-batch and prompt at the config's maxima (max_prompt_tokens + max_new_tokens per row), which real
-episodes rarely reach. scripts/bench_memory.py compares it with measured peaks.
+episodes rarely reach, and it counts the steady state: from the second optimizer step on, AdamW's moments
+(and, from the second micro-batch of a step on, the gradients) are held while a micro-batch's activations are.
+scripts/bench_memory.py compares it with measured peaks (docs/reproducing.md, "Memory per GPU").
 """
 
 from __future__ import annotations
@@ -109,7 +111,8 @@ def lora_parameter_count(shape: ModelShape, rank: int, targets: list[str]) -> in
 
 @dataclass(frozen=True)
 class Workload:
-    """The config's sizes that the plan needs, per device (`workload(cfg)` reads them from a composed config)."""
+    """The config's sizes that the plan needs, per device (agentrl/memory_check.py: `workload` reads them from a
+    composed config)."""
 
     bytes_per_value: int  # b
     device: str  # cpu or cuda
