@@ -155,8 +155,14 @@ def check_memory(cfg: Any) -> None:
     if found is None or found[3] is None:
         return
     estimate, shape, work, memory = found
-    if estimate.peak > memory:
-        raise UserError(refusal(cfg, estimate, shape, work, memory))
+    ranks = sharing_ranks(cfg)
+    if estimate.peak * ranks > memory:
+        raise UserError(refusal(cfg, estimate, shape, work, memory // ranks))
+
+
+def sharing_ranks(cfg: Any) -> int:
+    """How many ranks share one device's memory: on CPU every rank of the machine shares its RAM; a GPU is one rank's."""
+    return cfg.hardware.num_processes if plain_value(cfg.hardware.device) == "cpu" else 1
 
 
 def refusal(cfg: Any, estimate: mp.MemoryPlan, shape: mp.ModelShape, work: mp.Workload, memory: int) -> str:
@@ -175,10 +181,13 @@ def refusal(cfg: Any, estimate: mp.MemoryPlan, shape: mp.ModelShape, work: mp.Wo
             keys.append("rollout.backend=vllm")
     if not cfg.model.lora.enabled:
         keys.append("model.lora.enabled=true")
-    device = "GPU" if plain_value(cfg.hardware.device) == "cuda" else "machine"
+    ranks = sharing_ranks(cfg)
+    where = f"this {'GPU' if plain_value(cfg.hardware.device) == 'cuda' else 'machine'}'s {gib(memory)}"
+    if ranks > 1:
+        where += f" per rank ({ranks} ranks share its memory)"
     return (
-        f"the memory plan estimates {gib(estimate.peak)} per device ({estimate.larger_phase} phase), more than this "
-        f"{device}'s {gib(memory)}; bring it down with {', '.join(keys)}, or run anyway with "
+        f"the memory plan estimates {gib(estimate.peak)} per device ({estimate.larger_phase} phase), more than "
+        f"{where}; bring it down with {', '.join(keys)}, or run anyway with "
         "trainer.memory_check=false (`agentrl config` shows the plan)"
     )
 

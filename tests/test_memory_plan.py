@@ -226,3 +226,10 @@ def test_train_refuses_before_building_anything_in_one_line(run_cli, cache_dir):
     for key in ("trainer.micro_batch_tokens", "rollout.max_prompt_tokens", "trainer.memory_check=false"):
         assert key in lines[0]
     assert not any(cache_dir.iterdir())  # the tiny model was not built
+
+
+def test_cpu_ranks_share_the_machines_memory(monkeypatch):
+    _memory(monkeypatch, 4)  # the tiny default: 3.73 GiB in one process, about 2.4 per rank in two
+    memory_check.check_memory(preflight("train", ["hardware=cpu"]))
+    with pytest.raises(UserError, match=r"more than this machine's 2\.00 GiB per rank \(2 ranks share its memory\)"):
+        memory_check.check_memory(preflight("train", ["hardware=cpu_ddp"]))
