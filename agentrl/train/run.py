@@ -1,7 +1,8 @@
 """`agentrl train` in three phases: `setup(cfg) -> Run`, `train(run)`, `finish(run)`.
 
-- `setup`: the memory plan's check (agentrl/memory_check.py), the run folder's record, the resumed checkpoint, the environment suite, the model, the task sampler,
-  the environment pool, the evaluator, the tracker and the trainer, with the signal handlers installed.
+- `setup`: the memory plan's check (agentrl/memory_check.py), the run folder's record, the resumed checkpoint, the
+  environment suite, the model, the task sampler, the environment pool, the evaluator, the tracker and the trainer,
+  with the signal handlers installed.
 - `train`: ARPO's optional task selection (or the resumed agentrl state), then TRL's loop. A signal ends it
   (agentrl/train/stopping.py): a rollout in progress is abandoned, an update in progress finishes, and a
   checkpoint is written either way.
