@@ -105,7 +105,7 @@ def export(
 @app.command(context_settings=_HYDRA_ARGS)
 def config(ctx: typer.Context) -> None:
     """Print the composed training config for the given overrides, on any machine (a note says what this one
-    lacks to run it: vLLM, CUDA, GPUs).
+    lacks to run it: vLLM, CUDA, GPUs), and its memory plan: the estimated peak per device, term by term.
 
     \b
     agentrl config env=household +algo=grpo
@@ -118,6 +118,7 @@ def config(ctx: typer.Context) -> None:
     from agentrl.checks import host_problem
     from agentrl.errors import UserError
     from agentrl.launch import parse_args, preflight
+    from agentrl.memory_check import plan_table, plan_text
 
     with user_errors():
         command = parse_args(list(ctx.args))
@@ -127,7 +128,12 @@ def config(ctx: typer.Context) -> None:
                 f"`agentrl config` takes overrides only, not {flags}; try `agentrl train {flags} --cfg job`"
             )
         cfg = preflight("train", command.overrides)
-        Console().print(Syntax(OmegaConf.to_yaml(cfg), "yaml", theme="ansi_dark", background_color="default"))
+        console = Console()
+        console.print(Syntax(OmegaConf.to_yaml(cfg), "yaml", theme="ansi_dark", background_color="default"))
+        if console.is_terminal:
+            console.print(plan_table(cfg))
+        else:  # piped: plain lines, not wrapped to 80 columns
+            typer.echo(plan_text(cfg))
         lacking = host_problem(cfg)
         if lacking:
             typer.echo(f"note: this config composes, but would not run on this machine: {lacking}", err=True)

@@ -23,7 +23,7 @@ LAYERS = [
     {"envs"},
     {"rollout"},
     {"config", "checks", "tracking", "registry_models"},
-    {"tiny_model", "qwen_shapes", "models", "lora"},
+    {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check"},
     {"evaluate"},
     {"train"},
     {"launch", "jobs", "report", "cli"},

@@ -1,7 +1,8 @@
 """`agentrl train` in three phases: `setup(cfg) -> Run`, `train(run)`, `finish(run)`.
 
-- `setup`: the run folder's record, the resumed checkpoint, the environment suite, the model, the task sampler,
-  the environment pool, the evaluator, the tracker and the trainer, with the signal handlers installed.
+- `setup`: the memory plan's check (agentrl/memory_check.py), the run folder's record, the resumed checkpoint, the
+  environment suite, the model, the task sampler, the environment pool, the evaluator, the tracker and the trainer,
+  with the signal handlers installed.
 - `train`: ARPO's optional task selection (or the resumed agentrl state), then TRL's loop. A signal ends it
   (agentrl/train/stopping.py): a rollout in progress is abandoned, an update in progress finishes, and a
   checkpoint is written either way.
@@ -23,6 +24,7 @@ from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
 from agentrl.errors import Stopped
 from agentrl.hydra_paths import check_writable
+from agentrl.memory_check import check_memory
 from agentrl.plots import plot_run
 from agentrl.train import distributed, stopping
 
@@ -55,6 +57,7 @@ def run_job(cfg: Any) -> float:
     folder = Path(hydra_cfg.runtime.output_dir)
     check_writable(folder, "hydra.run.dir")  # a job of a sweep or of submitit makes its own folder
     if distributed.needs_launch(cfg.hardware):
+        check_memory(cfg)  # before any rank starts
         resolve_model_source(cfg.model, cfg.env)  # build the tiny model once here, not in every rank at the same time
         return distributed.launch_ranks(cfg, list(hydra_cfg.overrides.task), folder)
     run = setup(cfg)
@@ -71,6 +74,7 @@ def setup(cfg: Any) -> Run:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # our own progress bar is the one to watch
+    check_memory(cfg)  # from the model's config.json, before the model is built or loaded
     hydra_cfg = HydraConfig.get()
     folder = Path(hydra_cfg.runtime.output_dir)
     main_rank = int(os.environ.get("RANK", "0")) == 0

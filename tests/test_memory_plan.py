@@ -1,0 +1,235 @@
+"""The memory plan: each term on a made-up model (numbers worked out by hand), the refusal, its override, and
+`agentrl config` printing the plan. Nothing is downloaded or loaded."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from agentrl import memory_check
+from agentrl import memory_plan as mp
+from agentrl.errors import UserError
+from agentrl.launch import preflight
+
+# V=100, H=8, L=2, I=16, 2 heads of 4, 1 key/value head: k and v project to 4
+SHAPE = mp.ModelShape(vocab_size=100, hidden_size=8, num_layers=2, intermediate_size=16, num_heads=2, num_kv_heads=1)
+# fp32 on CPU, 3 rows of 10 + 5 tokens in the largest micro-batch, 6 rows per generate call
+WORK = mp.Workload(bytes_per_value=4, device="cpu", micro_batch_rows=3, max_prompt_tokens=10, max_new_tokens=5)
+
+
+def test_parameters_of_a_made_up_model():
+    # per layer: q 64 + k 32 + v 32 + o 64 + gate/up/down 3 * 128 = 576 weights, q/k/v biases 8 + 4 + 4, norms 16
+    # = 608; tied embedding 800, final norm 8
+    assert mp.parameter_count(SHAPE) == 800 + 8 + 2 * 608
+    assert mp.parameter_count(replace(SHAPE, tied_embeddings=False)) == 2024 + 800
+    # rank 2 on q (8 -> 8) and v (8 -> 4): 2 * 16 + 2 * 12 per layer
+    assert mp.lora_parameter_count(SHAPE, 2, ["q_proj", "v_proj"]) == 2 * (32 + 24)
+
+
+def test_weights_gradients_optimizer_and_reference():
+    assert mp.weights(SHAPE, WORK) == 2024 * 4
+    assert mp.gradients(SHAPE, WORK) == 2024 * 4
+    assert mp.optimizer(SHAPE, WORK) == 2 * 2024 * 4  # AdamW's two moments
+    assert mp.reference(SHAPE, WORK) == 0
+    assert mp.reference(SHAPE, replace(WORK, reference=True)) == 2024 * 4
+    bf16 = replace(WORK, bytes_per_value=2, device="cuda")
+    assert mp.optimizer(SHAPE, bf16) == 2 * 2024 * 2  # the moments take the weights' dtype
+
+
+def test_lora_trains_only_the_adapter_in_fp32():
+    lora = replace(WORK, bytes_per_value=2, device="cuda", lora_rank=2, lora_targets=("q_proj", "v_proj"))
+    assert mp.weights(SHAPE, lora) == 2024 * 2 + 112 * 4
+    assert mp.gradients(SHAPE, lora) == 112 * 4
+    assert mp.optimizer(SHAPE, lora) == 2 * 112 * 4
+
+
+def test_sharding_divides_what_the_strategy_splits():
+    zero3 = replace(WORK, shards=4)
+    assert mp.weights(SHAPE, zero3) == 2024 * 4 // 4
+    assert mp.optimizer(SHAPE, zero3) == 2 * 2024 * 4 // 4
+    zero2 = replace(WORK, optimizer_shards=4)
+    assert mp.weights(SHAPE, zero2) == 2024 * 4
+    assert mp.gradients(SHAPE, zero2) == 2024
+
+
+def test_micro_batch_tokens_bound_the_micro_batch():
+    assert mp.micro_batch_token_count(WORK) == 3 * 15
+    assert mp.micro_batch_token_count(replace(WORK, micro_batch_tokens=20)) == 20
+    assert mp.micro_batch_token_count(replace(WORK, micro_batch_tokens=10)) == 15  # a longer row goes alone
+    assert mp.micro_batch_token_count(replace(WORK, micro_batch_tokens=1000)) == 45
+
+
+def test_activations_with_and_without_checkpointing():
+    per_token_layer = (12 * 8 + 4 * 16) * 4
+    assert mp.activation_bytes_per_token_layer(SHAPE, 4) == per_token_layer
+    assert mp.activation_bytes_per_token_layer(SHAPE, 2) == (12 * 8 + 4 * 16) * 2 + 4 * 8 * 4  # fp32 norms
+    assert mp.activations(SHAPE, WORK) == 45 * 2 * per_token_layer
+    assert mp.activations(SHAPE, replace(WORK, gradient_checkpointing=True)) == 45 * (2 * 8 * 4 + per_token_layer)
+
+
+def test_lm_head_tiles_and_fp32_gradients():
+    # CPU: every position (45), 9 fp32 tiles of 45 x 100, the input's gradient 45 x 8 and the weight's 100 x 8, fp32
+    assert mp.lm_head(SHAPE, WORK) == 45 * 100 * 4 * 9 + 45 * 8 * 4 + 100 * 8 * 4
+    # CUDA: only the completions' 3 x 5 positions, one bf16 tile
+    cuda = replace(WORK, bytes_per_value=2, device="cuda")
+    assert mp.lm_head(SHAPE, cuda) == 15 * 100 * 2 + 15 * 8 * 4 + 100 * 8 * 4
+    # a frozen head (LoRA) has no weight gradient
+    assert mp.lm_head(SHAPE, replace(cuda, lora_rank=2)) == 15 * 100 * 2 + 15 * 8 * 4
+
+
+def test_generation_terms():
+    gen = replace(WORK, generation_rows=6)
+    assert mp.kv_cache(SHAPE, gen) == 2 * 2 * 4 * 4 * 6 * 15
+    assert mp.scores(SHAPE, gen) == 6 * 5 * 100 * 4
+    assert mp.prefill(SHAPE, gen) == 6 * 10 * (4 * 8 + 3 * 16) * 4
+    assert mp.kv_cache(SHAPE, WORK) == mp.scores(SHAPE, WORK) == 0  # vLLM generates: no HF generate call
+
+
+def test_the_peak_is_what_stays_plus_the_larger_phase():
+    estimate = mp.plan(SHAPE, replace(WORK, generation_rows=6, reference=True, vllm_bytes=1000))
+    t = estimate.terms
+    staying = mp.GIB + 2024 * 4 * 2 + 2 * 2024 * 4 + 1000  # runtime, weights, reference, optimizer, vLLM
+    update = t["gradients"] + t["activations"] + t["lm_head"]
+    generation = t["kv_cache"] + t["scores"] + t["prefill"]
+    assert update > generation and estimate.larger_phase == "update"
+    assert estimate.peak == staying + update
+
+
+def test_largest_fitting_budget_fits_and_the_next_does_not():
+    big = mp.ModelShape(
+        vocab_size=151936, hidden_size=896, num_layers=24, intermediate_size=4864, num_heads=14, num_kv_heads=2
+    )
+    work = mp.Workload(bytes_per_value=4, device="cpu", micro_batch_rows=64, max_prompt_tokens=2048, max_new_tokens=128)
+    limit = 20 * mp.GIB
+    budget = mp.largest_fitting_budget(big, work, limit)
+    assert budget is not None and budget % 256 == 0
+    assert mp.plan(big, replace(work, micro_batch_tokens=budget)).peak <= limit
+    assert mp.plan(big, replace(work, micro_batch_tokens=budget + 256)).peak > limit
+
+
+def test_a_qwen_config_json_gives_the_published_parameter_count():
+    from agentrl.qwen_shapes import QWEN25_VOCAB_SIZE, SIZES
+
+    shape = mp.ModelShape.from_hf_config({**SIZES["0.5b"], "vocab_size": QWEN25_VOCAB_SIZE, "model_type": "qwen2"})
+    assert mp.parameter_count(shape) == 494_032_768  # Qwen2.5-0.5B's safetensors
+
+
+# --------------------------------------------------------------------------- from a composed config
+
+
+def _memory(monkeypatch, gib: float) -> None:
+    monkeypatch.setattr(memory_check, "device_memory", lambda hardware: int(gib * mp.GIB))
+
+
+def test_the_embedded_default_is_not_refused_on_24_gb(monkeypatch):
+    _memory(monkeypatch, 24)
+    memory_check.check_memory(preflight("train", []))
+
+
+def test_the_0_5b_defaults_fit_24_gb_with_margin(monkeypatch):
+    _memory(monkeypatch, 24)
+    found = memory_check.plan_of(preflight("train", ["model=qwen2.5-0.5b-instruct"]))
+    assert found is not None
+    assert found[0].peak < 0.85 * 24 * mp.GIB
+
+
+def test_an_oversized_run_is_refused_in_one_line_naming_the_keys(monkeypatch):
+    _memory(monkeypatch, 2)  # the tiny default's update needs more (every row of 2048 + 16 tokens)
+    cfg = preflight("train", [])
+    with pytest.raises(UserError) as refused:
+        memory_check.check_memory(cfg)
+    line = str(refused.value)
+    assert "\n" not in line
+    assert "more than this machine's 2.00 GiB" in line and "(update phase)" in line
+    for key in ("trainer.micro_batch_tokens=", "trainer.micro_batch_size", "trainer.gradient_checkpointing=true"):
+        assert key in line
+    assert "model.lora.enabled=true" in line and "trainer.memory_check=false" in line
+    assert "trainer.group_size" not in line  # the rollout fits: its keys would not help
+    budget = int(line.split("trainer.micro_batch_tokens=")[1].split(",")[0])
+    cfg.trainer.micro_batch_tokens = budget
+    memory_check.check_memory(cfg)  # the budget it names fits
+
+
+def test_memory_check_false_lets_it_run(monkeypatch):
+    _memory(monkeypatch, 1)
+    memory_check.check_memory(preflight("train", ["trainer.memory_check=false"]))
+    with pytest.raises(UserError):
+        memory_check.check_memory(preflight("train", []))
+
+
+def test_a_model_folder_is_read_from_its_config_json(monkeypatch, tmp_path):
+    _memory(monkeypatch, 1)
+    (tmp_path / "config.json").write_text(
+        json.dumps(
+            dict(
+                model_type="qwen2",
+                vocab_size=100,
+                hidden_size=8,
+                num_hidden_layers=2,
+                intermediate_size=16,
+                num_attention_heads=2,
+                num_key_value_heads=1,
+            )
+        )
+    )
+    cfg = preflight("train", ["model=qwen2.5-0.5b-instruct", f"model.path={tmp_path}"])
+    found = memory_check.plan_of(cfg)
+    assert found is not None and found[0].terms["weights"] == 2024 * 4
+    (tmp_path / "config.json").unlink()
+    assert memory_check.plan_of(cfg) is None  # nothing cheap to read: no plan, no refusal
+    memory_check.check_memory(cfg)
+
+
+def test_config_prints_the_memory_plan(run_cli):
+    result = run_cli("config", "model=qwen2.5-0.5b-instruct", "trainer.gradient_checkpointing=false")
+    assert result.returncode == 0, result.stderr
+    assert "memory plan: estimated peak" in result.stdout
+    for term in ("weights", "optimizer", "reference", "activations", "lm_head", "kv_cache", "scores"):
+        assert term in result.stdout
+
+
+H100 = 81559 * 1024**2  # an 80 GB H100, as nvidia-smi reports it
+
+
+@pytest.mark.parametrize(
+    "recipe, hardware",
+    [
+        ("grpo_alfworld_1.5b", ["hardware=gpu"]),
+        ("grpo_alfworld_1.5b", ["hardware=gpu", "rollout.backend=vllm"]),
+        ("grpo_alfworld_7b", ["hardware=multi_gpu", "hardware.num_processes=4", "hardware.strategy=fsdp"]),
+        ("gigpo_alfworld_7b_lora", ["hardware=multi_gpu", "hardware.num_processes=2"]),
+        ("gigpo_alfworld_7b_lora", ["hardware=gpu", "rollout.backend=vllm"]),
+    ],
+)
+def test_the_recipes_fit_80_gb_gpus_on_their_documented_hardware(recipe, hardware):
+    cfg = preflight("train", [f"+experiment={recipe}", *hardware])
+    estimate = mp.plan(memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100))
+    assert estimate.peak < H100
+    if "1.5b" not in recipe or "rollout.backend=vllm" in hardware:  # HF generate leaves the 1.5B little margin
+        assert estimate.peak < 0.85 * H100
+
+
+def test_a_full_7b_update_does_not_fit_one_gpu_whatever_the_micro_batch():
+    cfg = preflight("train", ["+experiment=grpo_alfworld_7b", "hardware=gpu", "rollout.backend=vllm"])
+    shape, work = memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100)
+    assert mp.largest_fitting_budget(shape, work, H100) is None
+
+
+def test_train_refuses_before_building_anything_in_one_line(run_cli, cache_dir):
+    # a million-token prompt bound: no machine holds the plan's activations
+    result = run_cli("train", "rollout.max_prompt_tokens=1000000", "logger=none")
+    assert result.returncode == 2, result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: the memory plan estimates"), result.stderr[-2000:]
+    for key in ("trainer.micro_batch_tokens", "rollout.max_prompt_tokens", "trainer.memory_check=false"):
+        assert key in lines[0]
+    assert not any(cache_dir.iterdir())  # the tiny model was not built
+
+
+def test_cpu_ranks_share_the_machines_memory(monkeypatch):
+    _memory(monkeypatch, 4)  # the tiny default: 3.73 GiB in one process, about 2.4 per rank in two
+    memory_check.check_memory(preflight("train", ["hardware=cpu"]))
+    with pytest.raises(UserError, match=r"more than this machine's 2\.00 GiB per rank \(2 ranks share its memory\)"):
+        memory_check.check_memory(preflight("train", ["hardware=cpu_ddp"]))
