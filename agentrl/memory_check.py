@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import memory_plan as mp
+from agentrl import registry_models
 from agentrl.config import plain_value
 from agentrl.errors import UserError
 
@@ -60,7 +61,8 @@ def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
 
 
 def model_shape(model_cfg: Any) -> mp.ModelShape | None:
-    """The model's shape without loading it: the tiny model's own fields, model.path's config.json, the hub id's
+    """The model's shape without loading it: the tiny model's own fields, model.path's config.json, a cached
+    registry model's config.json, the hub id's
     config.json in the local Hugging Face cache, or a Qwen2.5 size agentrl knows (agentrl/qwen_shapes.py); None
     when none of these says."""
     tiny = model_cfg.get("tiny")
@@ -76,6 +78,8 @@ def model_shape(model_cfg: Any) -> mp.ModelShape | None:
     config = None
     if model_cfg.path:
         config = _read_json(Path(model_cfg.path).expanduser() / "config.json")
+    elif model_cfg.get("registry"):  # built on first use: its shape is known once it is in the cache
+        config = _read_json(registry_models.model_folder(model_cfg.registry) / "config.json")
     elif model_cfg.hub_id:
         config = _cached_hub_config(model_cfg.hub_id) or _known_qwen_config(model_cfg.hub_id)
     try:
