@@ -19,12 +19,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import agentrl_cli, hydra_initialized
 from typer.testing import CliRunner
 
 from agentrl import registry_models
 from agentrl.errors import UserError
 from agentrl.registry_models import ensure_registry_model, model_folder
+from tests.conftest import agentrl_cli, hydra_initialized
 
 NAME = "smollm2-135m-instruct"
 
