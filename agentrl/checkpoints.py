@@ -67,7 +67,16 @@ def publish(staged: Path, root: Path, keep_last: int | None) -> Path:
     if folder.exists():
         shutil.rmtree(folder)
     os.rename(staged, folder)  # complete or absent: never half a checkpoint under its real name
-    rotate_checkpoints(output_dir=str(root), save_total_limit=keep_last, use_mtime=True)
+    # transformers warns that "mtime may not be reliable" whenever the checkpoints were written within a second of
+    # each other (any fast run) and then orders them by number, which checkpoint-N names mean anyway: nothing a user
+    # can act on, so that one logger is kept to errors while it rotates
+    rotation_log = logging.getLogger("transformers.trainer_utils")
+    level = rotation_log.level
+    rotation_log.setLevel(logging.ERROR)
+    try:
+        rotate_checkpoints(output_dir=str(root), save_total_limit=keep_last, use_mtime=True)
+    finally:
+        rotation_log.setLevel(level)
     link, tmp = root / LAST, root / f".{LAST}.tmp"
     if tmp.is_symlink() or tmp.exists():
         tmp.unlink()

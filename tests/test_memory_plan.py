@@ -12,6 +12,7 @@ from agentrl import memory_check
 from agentrl import memory_plan as mp
 from agentrl.errors import UserError
 from agentrl.launch import preflight
+from tests.conftest import agentrl_cli
 
 # V=100, H=8, L=2, I=16, 2 heads of 4, 1 key/value head: k and v project to 4
 SHAPE = mp.ModelShape(vocab_size=100, hidden_size=8, num_layers=2, intermediate_size=16, num_heads=2, num_kv_heads=1)
@@ -217,9 +218,11 @@ def test_a_full_7b_update_does_not_fit_one_gpu_whatever_the_micro_batch():
     assert mp.largest_fitting_budget(shape, work, H100) is None
 
 
-def test_train_refuses_before_building_anything_in_one_line(run_cli, cache_dir):
+def test_train_refuses_before_building_anything_in_one_line(tmp_path):
     # a million-token prompt bound: no machine holds the plan's activations
-    result = run_cli("train", "rollout.max_prompt_tokens=1000000", "logger=none")
+    cache_dir = tmp_path / "empty-cache"  # of its own: the session's cache holds what other tests built
+    cache_dir.mkdir()
+    result = agentrl_cli(cache_dir, tmp_path, "train", "rollout.max_prompt_tokens=1000000", "logger=none")
     assert result.returncode == 2, result.stderr[-2000:]
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: the memory plan estimates"), result.stderr[-2000:]
