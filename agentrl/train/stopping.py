@@ -92,6 +92,19 @@ class IterationAbandoned(Exception):
         self.completed, self.checkpoint = completed, checkpoint
 
 
+def _say_from_handler(line: str) -> None:
+    """Write a line to stderr from a signal handler. Not with print: the handler may interrupt a write to the same
+    stream (the main thread's logging, or the first signal's own line when a second Ctrl-C follows at once), and
+    Python's buffered streams refuse such a reentrant call with an exception, so the line would be lost. What the
+    stream already holds goes first, where it can."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (RuntimeError, ValueError, OSError):
+            pass  # the interrupted write holds it; the line below still goes out
+    os.write(sys.stderr.fileno(), (line + "\n").encode())
+
+
 class StopRequest:
     """The signal handlers of one process, from install() to uninstall(): the first SIGINT, SIGTERM (or submitit's
     signal) asks for a stop; a second SIGINT calls `at_once` and ends the process with 130."""
@@ -153,6 +166,10 @@ class StopRequest:
         return self
 
     def uninstall(self) -> None:
+        if self.signum is not None:
+            # a stop is on its way out of the process (its line is printed after the job returns): a second Ctrl-C
+            # in that last moment must still stop at once with its line, not raise KeyboardInterrupt somewhere
+            return
         for signum, handler in self.previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self.previous = {}
@@ -163,12 +180,11 @@ class StopRequest:
             if self.on_request is not None:
                 self.on_request(signum)
             if not self.quiet:
-                print(self.acknowledgement(signum), file=sys.stderr, flush=True)
+                _say_from_handler(self.acknowledgement(signum))
             return
         if signum != signal.SIGINT:
             return  # a repeated SIGTERM (Slurm, torchrun) or preemption signal: the stop is already under way
-        print(self.at_once(signum), file=sys.stderr, flush=True)
-        sys.stdout.flush()
+        _say_from_handler(self.at_once(signum))
         os._exit(exit_code(signum))
 
     def hand_on_to_submitit(self, line: str) -> None:
