@@ -152,9 +152,7 @@ def train(run: Run) -> None:
             trainer.load_agentrl_state(run.checkpoint)
         if request.requested:  # a signal during the setup: there is no iteration to finish
             raise Stopped(
-                f"stopped on {stopping.signal_name(request.signum)} before the first iteration; "
-                f"start again: {run.resume_command}",
-                stopping.exit_code(request.signum),
+                stopping.before_start_line(request.signum, run.resume_command), stopping.exit_code(request.signum)
             )
         trainer.train(resume_from_checkpoint=str(run.checkpoint) if run.checkpoint is not None else None)
     except stopping.IterationAbandoned as stopped:  # a stop during a rollout: the checkpoint before it is on disk
@@ -204,10 +202,9 @@ def _report_stop(run: Run) -> None:
 
 
 def _stopped_at_once(signum: int, folder: Path, command: str) -> str:
-    """The line a second Ctrl-C prints as it ends the process: the last complete checkpoint is intact."""
+    """`stopping.at_once_line` with this run's last complete checkpoint."""
     last = folder / CHECKPOINTS / LAST
-    where = f"the last complete checkpoint is {last.resolve()}" if last.exists() else "no checkpoint was written yet"
-    return f"stopped at once on a second {stopping.signal_name(signum)}; {where}; resume: {command}"
+    return stopping.at_once_line(signum, last.resolve() if last.exists() else None, command)
 
 
 def truncate_metrics(folder: Path, checkpoint: Path) -> int:

@@ -83,6 +83,17 @@ def stop_line(signum: int, completed: int, total: int, checkpoint: Path | None, 
     )
 
 
+def before_start_line(signum: int, command: str) -> str:
+    """The line of a stop that came during the setup, before the first iteration began."""
+    return f"stopped on {signal_name(signum)} before the first iteration; start again: {command}"
+
+
+def at_once_line(signum: int, last_checkpoint: Path | None, command: str) -> str:
+    """The line a second Ctrl-C prints as it ends the process: the last complete checkpoint is intact."""
+    where = f"the last complete checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint was written yet"
+    return f"stopped at once on a second {signal_name(signum)}; {where}; resume: {command}"
+
+
 class IterationAbandoned(Exception):
     """Raised out of the trainer when a stop abandoned an iteration's rollout, after the state the iteration began
     with was put back and checkpointed: `completed` iterations are in `checkpoint` (None before the first)."""
