@@ -8,6 +8,7 @@ always reply max_new_tokens tokens, so the measured run meets the bound the plan
 
     python scripts/bench_memory.py                                 # the tiny default
     python scripts/bench_memory.py --model-path /tmp/qwen05 --only 0.5b-mb8 0.5b-mb8-checkpointing
+    python scripts/bench_memory.py --only 135m-mb16                # the real SmolLM2-135M (fetched first)
     python scripts/bench_memory.py --recipes                       # the real-model recipes on 80 GB H100s, no run
     (the folder: python scripts/build_qwen_shaped.py --size 0.5b --out /tmp/qwen05)
 
@@ -46,8 +47,32 @@ QWEN_SHORT = [
 ]
 
 
+# The real SmolLM2-135M-Instruct (agentrl models fetch smollm2-135m-instruct): household's own prompts (up to ~300
+# tokens), 16 episodes of 2 turns in micro-batches of 16 rows without checkpointing, so that activations weigh in.
+# A pretrained model may stop before max_new_tokens, so rows can stay below the plan's bound.
+SMOLLM2_SHORT = [
+    "model=smollm2-135m-instruct",
+    *SHORT,
+    "env=household",
+    "env.max_steps=2",
+    "trainer.tasks_per_iteration=4",
+    "trainer.group_size=4",
+    "trainer.micro_batch_tokens=null",
+    "trainer.micro_batch_size=16",
+    "trainer.gradient_checkpointing=false",
+    "rollout.max_new_tokens=16",
+    "eval.num_tasks=1",
+    "trainer.eval_every=0",
+    "algo.kl_coef=0.01",
+]
+
+
 def settings(model_path: str | None) -> dict[str, list[str]]:
-    out = {"tiny-default": list(SHORT)}
+    out = {
+        "tiny-default": list(SHORT),
+        "135m-mb16": list(SMOLLM2_SHORT),
+        "135m-mb16-checkpointing": [*SMOLLM2_SHORT, "trainer.gradient_checkpointing=true"],
+    }
     if model_path:
         qwen = ["model=qwen2.5-0.5b-instruct", f"model.path={model_path}", *SHORT, *QWEN_SHORT]
         out["0.5b-mb8"] = [*qwen, "trainer.micro_batch_size=8", "trainer.gradient_checkpointing=false"]
