@@ -112,8 +112,7 @@ def sampled_logps(
 def micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
     """Row slices of the batch (mini-batches, or micro-batches of one); with `trim`, padding columns that
     no row of the slice uses are dropped. Scalars (0-dim tensors, numbers) are passed through."""
-    rows = batch["advantages"].shape[0]
-    yield from row_slices(batch, [(start, min(start + size, rows)) for start in range(0, rows, size)], trim)
+    yield from row_slices(batch, micro_batch_bounds(batch, size, None), trim)
 
 
 def row_slices(batch: dict[str, Any], bounds: list[tuple[int, int]], trim: bool = True):
