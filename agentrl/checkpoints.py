@@ -33,7 +33,9 @@ MODEL_CONFIG = "config.json"
 ADAPTER_CONFIG = "adapter_config.json"
 MODEL_CONFIGS = (MODEL_CONFIG, ADAPTER_CONFIG)  # a full model, or a LoRA adapter
 TRAINER_STATE = "trainer_state.json"
-REQUIRED = (TRAINER_STATE, "optimizer.pt", "scheduler.pt", AGENTRL_STATE)
+# The optimizer's state: "optimizer.pt", or accelerate's gathered one from an FSDP run (FULL_STATE_DICT)
+OPTIMIZER_STATES = ("optimizer.pt", "optimizer.bin")
+REQUIRED = ((TRAINER_STATE,), OPTIMIZER_STATES, ("scheduler.pt",), (AGENTRL_STATE,))  # one file of each entry
 _STEP = re.compile(r"checkpoint-(\d+)$")
 
 
@@ -92,9 +94,9 @@ def folder_bytes(folder: Path) -> int:
 
 def problem(folder: Path) -> str | None:
     """Why this checkpoint cannot be resumed from, or None when it can."""
-    missing = [name for name in REQUIRED if not (folder / name).is_file()]
-    if not any((folder / name).is_file() for name in MODEL_CONFIGS):
-        missing.insert(0, " or ".join(MODEL_CONFIGS))
+    missing = [
+        " or ".join(names) for names in (MODEL_CONFIGS, *REQUIRED) if not any((folder / n).is_file() for n in names)
+    ]
     if missing:
         return f"missing {', '.join(missing)}"
     weights = sorted(folder.glob("*.safetensors"))

@@ -37,6 +37,11 @@ from agentrl.config import (
 )
 from agentrl.errors import UserError
 
+# The strategies accelerate runs without GPUs. It takes its FSDP and DeepSpeed paths on accelerators only: on
+# CPU, ranks launched with an FSDP config would each train alone, unsharded, and say nothing.
+# (tests/train/fsdp_on_cpu adds fsdp here for its ranks, where it makes accelerate shard over gloo.)
+STRATEGIES_ON_CPU = {Strategy.ddp}
+
 
 def check_config(cfg: Any) -> None:
     """Every field's own rule, then the rules between fields. Needs nothing of the host. Raises UserError."""
@@ -165,7 +170,7 @@ def check_cross_fields(cfg: Any) -> None:
             f"hardware.precision={plain_value(cfg.hardware.precision)} needs a GPU; on CPU use fp32 (hardware=cpu)"
         )
     strategy = plain_value(cfg.hardware.strategy)
-    if plain_value(cfg.hardware.device) == Device.cpu and strategy != Strategy.ddp:
+    if plain_value(cfg.hardware.device) == Device.cpu and strategy not in STRATEGIES_ON_CPU:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
     if plain_value(cfg.rollout.backend) == Backend.hf:
         changed = _changed(cfg.rollout.vllm, VllmConfig())

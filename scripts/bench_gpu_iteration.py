@@ -238,6 +238,25 @@ def overrides(args, model_dir: Path, run_dir: Path) -> list[str]:
     return out + list(args.override)
 
 
+def memory_plan_of(argv: list[str]) -> dict[str, float]:
+    """The memory plan's estimate for the same overrides, in GiB: the peak, each phase, each term."""
+    from agentrl.launch import preflight
+    from agentrl.memory_check import plan_of
+
+    found = plan_of(preflight("train", argv))
+    if found is None:
+        return {}
+    estimate = found[0]
+    staying = estimate.peak - max(estimate.update_bytes, estimate.generation_bytes)
+    out = {
+        "estimate_peak": estimate.peak,
+        "estimate_update_phase": staying + estimate.update_bytes,
+        "estimate_generation_phase": staying + estimate.generation_bytes,
+        **{f"term_{name}": size for name, size in estimate.terms.items()},
+    }
+    return {k: round(v / GIB, 2) for k, v in out.items()}
+
+
 def train_once(args, model_dir: Path, run_dir: Path, stats: dict) -> float:
     """One iteration through `agentrl train` (the Typer app, Hydra and agentrl.train.run), in this process."""
     import torch
@@ -246,6 +265,7 @@ def train_once(args, model_dir: Path, run_dir: Path, stats: dict) -> float:
 
     argv = overrides(args, model_dir, run_dir)
     stats["command"] = "agentrl train " + " ".join(argv)
+    stats["plan"] = memory_plan_of(argv)
     instrument(args.device, stats)
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
@@ -356,6 +376,7 @@ def main() -> None:
         result["peak_gib"] = max(result[f"{k}_gib"] for k in phases)
         result["peak_reserved_gib"] = round(max(stats.get(f"{k}_reserved", 0) for k in phases) / GIB, 2)
         result["gpu_total_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
+        result["memory_plan_gib"] = stats.get("plan", {})
     result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 2)
     print_table(result, stats["command"])
     line = json.dumps(result)
@@ -398,6 +419,12 @@ def print_table(r: dict, command: str) -> None:
             ("  generation (models, generate)", f"{r['peak_generation_gib']:.2f} GiB"),
             ("  old/ref log-probs", f"{r['peak_logps_gib']:.2f} GiB"),
             ("  update (+ grads, AdamW)", f"{r['peak_update_gib']:.2f} GiB"),
+            ("memory plan's estimate: peak", f"{r['memory_plan_gib'].get('estimate_peak', float('nan')):.2f} GiB"),
+            (
+                "  generation phase / update phase",
+                f"{r['memory_plan_gib'].get('estimate_generation_phase', float('nan')):.2f} / "
+                f"{r['memory_plan_gib'].get('estimate_update_phase', float('nan')):.2f} GiB",
+            ),
             ("peak GPU memory reserved", f"{r['peak_reserved_gib']:.2f} GiB"),
         ]
     rows.append(("peak resident memory (process)", f"{r['peak_rss_gib']:.2f} GiB"))

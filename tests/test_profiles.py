@@ -42,7 +42,23 @@ def test_gpu_profiles_compose_for_cuda(hydra_conf, profile, processes, backend):
     cfg = compose(config_name="train", overrides=[f"hardware={profile}"])
     assert cfg.hardware.device.value == "cuda" and cfg.hardware.precision.value == "bf16"
     assert cfg.hardware.num_processes == processes and cfg.rollout.backend.value == backend
-    assert needs_launch(cfg.hardware) == (processes > 1)  # the number of processes alone decides
+    assert needs_launch(cfg.hardware) == (processes > 1)  # with DDP, the number of processes alone decides
+
+
+def test_a_sharded_strategy_is_launched_even_on_one_rank(hydra_conf, monkeypatch):
+    """accelerate wraps a model for FSDP or DeepSpeed only in processes its launcher started; the rank it starts
+    must not launch again."""
+    from agentrl.train.distributed import needs_launch
+    from agentrl.train.stopping import LAUNCHER_PID
+
+    monkeypatch.delenv(LAUNCHER_PID, raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    for strategy in ("fsdp", "deepspeed_zero3"):
+        cfg = compose(config_name="train", overrides=["hardware=gpu", f"hardware.strategy={strategy}"])
+        assert needs_launch(cfg.hardware)
+        monkeypatch.setenv(LAUNCHER_PID, "123")  # inside the rank that agentrl launched
+        assert not needs_launch(cfg.hardware)
+        monkeypatch.delenv(LAUNCHER_PID)
 
 
 def test_slurm_profile_submits_through_submitit(hydra_conf):

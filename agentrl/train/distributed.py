@@ -36,12 +36,17 @@ def world_size() -> int:
 
 
 def is_rank_process() -> bool:
-    """True inside a process that accelerate (torchrun) started as one of several ranks."""
-    return world_size() > 1
+    """True inside a process that accelerate (torchrun) started as a training rank: one of several, or the one
+    rank that agentrl launched for a sharded strategy (the launching process names itself to its ranks)."""
+    from agentrl.train.stopping import LAUNCHER_PID
+
+    return world_size() > 1 or LAUNCHER_PID in os.environ
 
 
 def needs_launch(hardware: Any) -> bool:
-    return hardware.num_processes > 1 and not is_rank_process()
+    """Several ranks, or a sharded strategy: accelerate wraps the model for FSDP or DeepSpeed only in processes
+    that its launcher started, even when there is one (FSDP on one GPU, with its CPU offloading, say)."""
+    return (hardware.num_processes > 1 or plain_value(hardware.strategy) != "ddp") and not is_rank_process()
 
 
 # --------------------------------------------------------------------------- launching

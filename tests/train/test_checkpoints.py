@@ -17,12 +17,20 @@ def make_checkpoint(root: Path, step: int) -> Path:
     folder = root / "checkpoints" / f"checkpoint-{step}"
     folder.mkdir(parents=True)
     save_file({"w": torch.zeros(2)}, str(folder / "model.safetensors"))
-    for name in (*REQUIRED, "config.json"):
+    for name in (*(names[0] for names in REQUIRED), "config.json"):
         if name.endswith(".json"):
             (folder / name).write_text(json.dumps({"iteration": step}))
         else:
             (folder / name).write_bytes(b"torch state")
     return folder
+
+
+def test_an_fsdp_checkpoint_with_its_gathered_optimizer_state_is_complete(tmp_path):
+    folder = make_checkpoint(tmp_path, 2)
+    (folder / "optimizer.pt").rename(folder / "optimizer.bin")  # accelerate's name on its FSDP path
+    assert problem(folder) is None
+    (folder / "optimizer.bin").unlink()
+    assert problem(folder) == "missing optimizer.pt or optimizer.bin"
 
 
 def test_a_lora_checkpoint_needs_its_adapter_config(tmp_path):
