@@ -198,7 +198,8 @@ def report(
 
     from rich.console import Console
 
-    from agentrl.report import build_report, failed_lines, plot_curves, render_table, write_report_json
+    from agentrl.report import build_report, failed_lines, render_table, write_report_json
+    from agentrl.report_plot import plot_curves
 
     with user_errors():
         result = build_report(Path(path), metric, threshold)

@@ -1,7 +1,8 @@
 """Pictures of runs, drawn with matplotlib's object API (no pyplot: no display, no global state; renders with Agg).
 
 `plot_run` draws one run's learning curves, which every `agentrl train` leaves in its folder as `curves.png`;
-`agentrl report` (agentrl/report.py) draws many runs' curves and writes through `write_file` too.
+`agentrl report` (agentrl/report.py) draws many runs' curves, with `draw_panel` for the panels of several metrics
+beside them, and writes through `write_file` too.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from agentrl import metrics_log
 from agentrl.errors import UserError
 
 RUN_PLOT = "curves.png"  # <run>/curves.png
+LINE_STYLES = ("-", "--", ":", "-.")  # one per metric of a panel; colours stay the configurations'
 
 
 def write_file(path: Path, write: Callable[..., Any], *args: Any) -> Path:
@@ -58,3 +60,42 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
         ax.grid(True, alpha=0.3)
     fig.suptitle(str(run_dir), fontsize="small")
     return write_file(out, fig.savefig, out)
+
+
+def draw_panel(
+    ax: Any,
+    lines: dict[str, dict[str, tuple[list, list]]],
+    colors: dict[str, Any],
+    title: str,
+    ylabel: str,
+    ylim: tuple[float, float] | None = None,
+) -> None:
+    """Several metrics of several configurations on one axis: `lines[configuration][metric label] = (x, y)`.
+
+    A configuration keeps its colour (`colors`, as in the learning curves beside the panel), and a metric
+    has one line style in every configuration; the legend names the metrics drawn by their line styles. A
+    panel with no points says so.
+    """
+    from matplotlib.lines import Line2D
+
+    styles = {label: LINE_STYLES[i % len(LINE_STYLES)] for i, label in enumerate(dict.fromkeys(_labels(lines)))}
+    drawn: dict[str, str] = {}
+    for config, metrics in lines.items():
+        for label, (x, y) in metrics.items():
+            if x:
+                ax.plot(x, y, color=colors[config], linestyle=styles[label], linewidth=1.2)
+                drawn[label] = styles[label]
+    ax.set(xlabel="iteration", ylabel=ylabel, title=title)
+    if ylim is not None:
+        ax.set_ylim(*ylim)
+    ax.title.set_fontsize("small")
+    ax.grid(True, alpha=0.3)
+    if not drawn:
+        ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="gray")
+        return
+    keys = [Line2D([], [], color="black", linestyle=style) for style in drawn.values()]
+    ax.legend(keys, list(drawn), fontsize="x-small", loc="best")
+
+
+def _labels(lines: dict[str, dict[str, tuple[list, list]]]) -> list[str]:
+    return [label for metrics in lines.values() for label in metrics]

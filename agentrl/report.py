@@ -1,12 +1,15 @@
 """`agentrl report`: compare configurations across seeds from their run folders.
 
 find_runs -> load_run -> group_runs (overrides but `seed=...`) -> build_report -> render_table, failed_lines,
-plot_curves, report_dict (report.json). The numbers come from one pandas table of iterations × runs
-(`metric_table`). A run's "final" value is the metric's value in the last record that has one; "best" is its
+report_dict (report.json); agentrl/report_plot.py draws the plot. The numbers come from one pandas table of
+iterations × runs (`metric_table`). A run's "final" value is the metric's value in the last record that has one; "best" is its
 maximum; "iterations to threshold" is the first iteration whose value is >= the threshold. Spread over seeds is
 the sample standard deviation (ddof=1); with one seed there is none (shown without "±", null in JSON). The curve
 of a configuration is the mean over its seeds at the iterations that *all* its seeds logged (no interpolation),
 so a seed that stopped early cuts it short; the band is the min..max over seeds at the same iterations.
+
+Where the runs logged the step-credit diagnostics (`credit/*`, agentrl/algos/credit_diagnostics.py), report.json
+gives their mean curves over seeds (`credit_curve`) and the plot draws them under the learning curves.
 """
 
 from __future__ import annotations
@@ -16,7 +19,6 @@ import json
 import math
 import os
 import re
-import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,12 +27,13 @@ import pandas as pd
 import yaml
 
 from agentrl import metrics_log
+from agentrl.algos.credit_diagnostics import CREDIT_METRICS
 from agentrl.errors import UserError
 from agentrl.plots import write_file
 
 DEFAULT_METRIC = "eval/success"
 METRICS = metrics_log.FILENAME
-PLOT_FORMATS = (".png", ".pdf", ".svg")
+CREDIT = [f"credit/{name}" for name in CREDIT_METRICS]
 
 
 @dataclass
@@ -200,6 +203,13 @@ class ConfigSummary:
         common = self.curves.dropna(how="all").dropna()  # (no seeds: no rows)
         return {"iteration": common.index.tolist(), **common.agg(["mean", "min", "max"], axis=1).to_dict("list")}
 
+    def credit_curve(self, metric: str) -> dict[str, list]:
+        """Another metric's mean over the summarised seeds that logged it, at the iterations all of them have
+        a finite value (a null correlation drops its iteration); empty lists where none logged it."""
+        runs = [run for run in self.config.runs if run.name in self.curves.columns]
+        common = metric_table(runs, metric)[1].dropna()
+        return {"iteration": common.index.tolist(), "mean": common.mean(axis=1).tolist()}
+
 
 def summarise(
     groups: list[Configuration], points: pd.DataFrame, curves: pd.DataFrame, metric: str, threshold: float
@@ -328,6 +338,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
             "iterations_to_threshold": {"mean": s.to_threshold_mean, "reached": s.reached, "runs": len(s.runs)},
             "last_iteration": dict(zip(("min", "max"), s.last_iteration)),
             "curve": s.mean_curve(),
+            "credit": {m: curve for m in CREDIT if (curve := s.credit_curve(m))["iteration"]},
             "runs": [
                 {"path": r.run.name, "seed": r.run.seed, "final": r.final, "best": r.best}
                 | {"iterations_to_threshold": r.to_threshold, "last_iteration": r.last_iteration}
@@ -342,6 +353,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
         "threshold": report.threshold,
         "std": "sample standard deviation over seeds (ddof=1); null with one seed",
         "curve": "mean, min and max over seeds at the iterations all seeds logged (no interpolation)",
+        "credit": "step-credit diagnostics (credit/*): mean over the seeds that logged them, at their common iterations",
         "shared_overrides": report.shared,
         "configurations": configs,
         "failed": [{"path": run.name, "configuration": c.label, "reason": reason} for c, run, reason in report.failed],
@@ -353,37 +365,3 @@ def write_report_json(report: Report, path: Path, plot: Path | None = None) -> P
     path = Path(path)
     text = json.dumps(report_dict(report, plot), indent=2, allow_nan=False, default=str) + "\n"
     return write_file(path, path.write_text, text)
-
-
-def plot_curves(report: Report, out: Path) -> Path:
-    """Learning curves: mean over seeds per configuration, min..max band, dashed threshold line."""
-    from matplotlib import colormaps
-    from matplotlib.figure import Figure  # no pyplot: no display, no global state (renders with Agg)
-
-    out = Path(out)
-    if out.suffix.lower() not in PLOT_FORMATS:
-        raise UserError(f"--out {out} must end with one of {', '.join(PLOT_FORMATS)}")
-    fig = Figure(figsize=(8, 5), dpi=120, layout="constrained")
-    ax = fig.add_subplot()
-    for i, s in enumerate(report.configs):
-        color = f"C{i}" if len(report.configs) <= 10 else colormaps["tab20"](i % 20)
-        label, curve = f"{s.label} (n={len(s.runs)})", s.mean_curve()
-        if curve["iteration"]:
-            ax.plot(curve["iteration"], curve["mean"], color=color, marker="o", markersize=3, label=label)
-            if len(s.runs) > 1:
-                ax.fill_between(curve["iteration"], curve["min"], curve["max"], color=color, alpha=0.2, linewidth=0)
-        else:  # the seeds share no iteration (or there are none): show each seed
-            for j, (_, seed) in enumerate(s.curves.items()):
-                seed = seed.dropna()
-                ax.plot(seed.index, seed.values, color=color, alpha=0.6, linewidth=1, label=None if j else label)
-    ax.axhline(report.threshold, color="gray", linestyle="--", linewidth=1, label=f"threshold {report.threshold:g}")
-    ax.set(
-        xlabel="iteration",
-        ylabel=report.metric,
-        title=f"{report.name}: {report.metric} (mean over seeds, band = min..max)",
-    )
-    if report.shared:
-        fig.suptitle("\n".join(textwrap.wrap("shared: " + " ".join(report.shared), 110)), fontsize="x-small")
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="best")
-    return write_file(out, fig.savefig, out)

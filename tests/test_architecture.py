@@ -26,7 +26,7 @@ LAYERS = [
     {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check"},
     {"evaluate"},
     {"train"},
-    {"launch", "jobs", "report", "cli"},
+    {"launch", "jobs", "report", "report_plot", "cli"},
 ]
 MAX_LINES = 400
 REASON = re.compile(r"^Over 400 lines: ", re.M)

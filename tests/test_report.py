@@ -20,11 +20,11 @@ from agentrl.report import (
     group_runs,
     load_run,
     mean_std,
-    plot_curves,
     render_table,
     report_dict,
     write_report_json,
 )
+from agentrl.report_plot import plot_curves
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -271,3 +271,61 @@ def test_overrides_shared_by_every_configuration_leave_the_labels(tmp_path):
     report = build_report(tmp_path)
     assert [c.label for c in report.configs] == ["+algo=grpo", "+algo=gigpo"]
     assert report.shared == ["env.level=multistep", "trainer.iterations=60"]
+
+
+def make_credit_runs(root: Path) -> Path:
+    """Two GRPO seeds and a GiGPO seed that logged the step-credit diagnostics; seed 1's correlation is null once."""
+    for i, (algo, seed, nonzero) in enumerate([("grpo", 0, 0.2), ("grpo", 1, 0.4), ("gigpo", 0, 0.6)]):
+        run = root / str(i)
+        (run / ".hydra").mkdir(parents=True)
+        (run / ".hydra" / "overrides.yaml").write_text(f"- +algo={algo}\n- seed={seed}\n")
+        lines = []
+        for it in range(4):
+            record = {"iteration": it, "eval/success": 0.1 * it}
+            record |= {f"credit/step_group_size_{b}_share": 0.25 for b in ("1", "2_4", "5_9", "10_plus")}
+            record |= {"credit/step_advantage_nonzero_share": nonzero, "credit/step_advantage_abs_mean": nonzero}
+            record["credit/episode_step_advantage_correlation"] = None if (seed, it) == (1, 2) else 0.5 + 0.1 * seed
+            lines.append(json.dumps(record))
+        (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    return root
+
+
+def test_report_json_has_the_credit_curves(tmp_path):
+    data = report_dict(build_report(make_credit_runs(tmp_path)))
+    grpo, gigpo = (c["credit"] for c in data["configurations"])
+    assert grpo["credit/step_advantage_nonzero_share"] == {"iteration": [0, 1, 2, 3], "mean": pytest.approx([0.3] * 4)}
+    # seed 1 logged null at iteration 2: the mean over both seeds leaves that iteration out
+    assert grpo["credit/episode_step_advantage_correlation"] == {
+        "iteration": [0, 1, 3],
+        "mean": pytest.approx([0.55] * 3),
+    }
+    assert gigpo["credit/step_advantage_nonzero_share"]["mean"] == pytest.approx([0.6] * 4)
+    assert "credit/episode_groups_no_signal_share" not in grpo  # never logged
+
+
+def test_the_plot_has_the_credit_panels_where_they_were_logged(tmp_path):
+    svg = plot_curves(build_report(make_credit_runs(tmp_path / "credit")), tmp_path / "credit.svg").read_text()
+    titles = ["step-group sizes (share of steps)", "step signal", "advantage size", "episode vs step credit"]
+    assert all(f"<!-- {title} -->" in svg for title in titles)
+    assert "<!-- r(A_episode, A_step) -->" in svg  # a panel's legend names its metrics...
+    assert "<!-- steps with A_step != 0 -->" in svg
+    assert "task groups, all returns equal" not in svg  # ...those logged only
+    assert "<!-- |A_step| -->" in svg and "not logged" not in svg
+    sizes_only = tmp_path / "sizes"
+    sizes_only.mkdir()
+    (sizes_only / "metrics.jsonl").write_text(
+        '{"iteration": 0, "eval/success": 0, "credit/step_group_size_1_share": 1}\n'
+    )
+    svg = plot_curves(build_report(sizes_only), tmp_path / "sizes.svg").read_text()
+    assert svg.count("<!-- not logged -->") == 3 and "<!-- size 1 -->" in svg
+    run = make_run(tmp_path / "plain", None, {0: 0.1, 1: 0.2})
+    plain = plot_curves(build_report(run), tmp_path / "plain.svg").read_text()
+    assert "<!-- eval/success -->" in plain and not any(title in plain for title in titles)
+
+
+def test_the_credit_panels_draw_every_diagnostic_once():
+    from agentrl.report import CREDIT
+    from agentrl.report_plot import CREDIT_PANELS
+
+    drawn = [metric for _, _, _, metrics in CREDIT_PANELS for metric, _ in metrics]
+    assert sorted(drawn) == sorted(CREDIT) and len(CREDIT) == 10

@@ -8,7 +8,8 @@ One function per equation of the paper (docs/algorithms.md, "GiGPO"), pure numpy
   their sizes for logging (the paper reports them);
 - ``step_advantages``: the step level A^S, a step return relative to its step group (Eq. 7);
 - ``gigpo``: A = A^E + omega * A^S (Eq. 8), with A^E GRPO's episode level
-  (``agentrl/algos/grpo.py``, Eq. 3).
+  (``agentrl/algos/grpo.py``, Eq. 3); ``gigpo_levels`` gives the two levels apart,
+  which the step-credit diagnostics read (``agentrl/algos/credit_diagnostics.py``).
 
 Rows, ids and input checks are those of ``agentrl/algos/grpo.py``; the float64
 deviation stated there applies here too, and each function states its own.
@@ -17,12 +18,13 @@ deviation stated there applies here too, and each function states its own.
 from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
-from difflib import SequenceMatcher
+from dataclasses import dataclass
 
 import numpy as np
 
-from agentrl.algos.grpo import check_normalisation, episode_advantages, factorize_rows
+from agentrl.algos.grpo import EpisodeRows, check_normalisation, episode_advantages, factorize_rows
 from agentrl.algos.segments import check_lengths, factorize, int_ids, segment_stats, step_order
+from agentrl.algos.similarity_clusters import similarity_clusters
 
 STEP_GROUP_METRICS = ("singleton_share", "mean_size", "max_size", "num_groups")
 
@@ -81,15 +83,67 @@ def gigpo(
     ``similarity``; a caller that also logs the step-group sizes then groups
     the rows once.
     """
-    check_normalisation(norm, episode_stats, eps)
-    _check_gamma(gamma)
     if not np.isfinite(step_weight):
         raise ValueError(f"step_weight must be finite, got {step_weight}")
+    levels = gigpo_levels(
+        group,
+        episode,
+        step,
+        reward,
+        valid,
+        anchor,
+        gamma=gamma,
+        norm=norm,
+        episode_stats=episode_stats,
+        invalid_penalty=invalid_penalty,
+        eps=eps,
+        similarity=similarity,
+        step_group=step_group,
+    )
+    if levels is None:
+        return np.zeros(0)
+    return levels.episode + step_weight * levels.step
+
+
+@dataclass(frozen=True)
+class GigpoLevels:
+    """GiGPO's two levels for one batch, apart, with what the step level was computed from."""
+
+    rows: EpisodeRows  # the checked rows (episode returns, group of each episode)
+    episode: np.ndarray  # (B,) A^E, the episode level (Eq. 3)
+    step: np.ndarray  # (B,) A^S, the step level before omega (Eq. 7)
+    step_return: np.ndarray  # (B,) R_t (Eq. 5) less the row's own invalid penalty
+    step_group: np.ndarray  # (B,) dense step-group code (Eq. 6)
+    num_step_groups: int
+
+
+def gigpo_levels(
+    group,
+    episode,
+    step,
+    reward,
+    valid,
+    anchor: Sequence[Hashable],
+    *,
+    gamma: float = 0.95,
+    norm: str = "std",
+    episode_stats: str = "rows",
+    invalid_penalty: float = 0.1,
+    eps: float = 1e-6,
+    similarity: float | None = None,
+    step_group: np.ndarray | None = None,
+) -> GigpoLevels | None:
+    """``gigpo``'s episode level A^E and step level A^S apart (``gigpo`` returns ``A^E + omega * A^S``).
+
+    Arguments and checks as in ``gigpo``, which calls this; None for empty input.
+    """
+    check_normalisation(norm, episode_stats, eps)
+    _check_gamma(gamma)
     _check_similarity(similarity)
     rows = factorize_rows(group, episode, step, reward, valid, invalid_penalty)
     keys = _anchor_keys(anchor, 0 if rows is None else rows.group.size)
     if rows is None:
-        return np.zeros(0)
+        return None
 
     episode_level = episode_advantages(rows, norm, episode_stats, eps)
     step_return = _discount_scan(rows.episode, rows.num_episodes, rows.order, rows.reward, gamma) - rows.penalty
@@ -98,7 +152,7 @@ def gigpo(
     else:
         step_group, num_step_groups = _given_step_groups(step_group, rows.group.size)
     step_level = step_advantages(step_group, num_step_groups, step_return, norm, eps)
-    return episode_level + step_weight * step_level
+    return GigpoLevels(rows, episode_level, step_level, step_return, step_group, num_step_groups)
 
 
 # ---------------------------------------------------------------------------
@@ -317,7 +371,7 @@ def _group_by_anchor(
 ) -> tuple[np.ndarray, int]:
     """Dense step-group code per row, and the number of step groups."""
     if similarity is not None:
-        return _similarity_clusters(group_code, keys, similarity, row_order)
+        return similarity_clusters(group_code, keys, similarity, row_order)
     anchor_code, num_anchors = _factorize_keys(keys)
     group_of_anchor = np.empty(num_anchors, dtype=group_code.dtype)
     group_of_anchor[anchor_code] = group_code
@@ -336,57 +390,3 @@ def _factorize_keys(keys: list) -> tuple[np.ndarray, int]:
     code_of = dict(zip(first_seen, range(len(first_seen))))
     codes = np.array(list(map(code_of.__getitem__, keys)), dtype=np.intp)  # faster than np.fromiter here
     return codes, len(code_of)
-
-
-def _similarity_clusters(
-    group_code: np.ndarray, keys: list, threshold: float, row_order: np.ndarray
-) -> tuple[np.ndarray, int]:
-    """The reference's similarity clustering (``build_step_group(enable_similarity=True)``), per group."""
-    if not all(isinstance(key, str) for key in keys):
-        raise ValueError("similarity grouping needs string anchors (observation texts)")
-    visit = row_order[np.argsort(group_code[row_order], kind="stable")]  # groups in turn, row_order within
-    group_starts = np.flatnonzero(np.diff(group_code[visit])) + 1
-    codes = np.empty(len(keys), dtype=np.intp)
-    num_clusters = 0
-    for rows in np.split(visit, group_starts):
-        local = _cluster_texts([keys[i] for i in rows.tolist()], threshold)
-        codes[rows] = num_clusters + local
-        num_clusters += int(local.max()) + 1
-    return codes, num_clusters
-
-
-def _cluster_texts(texts: list[str], threshold: float) -> np.ndarray:
-    """Cluster index of each text: the first cluster whose first member is similar enough, else a new one.
-
-    A text's cluster depends on the text alone (the clusters it is compared
-    with all exist when it is first seen, and later clusters come after the one
-    it matched), so equal texts are matched once.
-    """
-    cluster_of_text: dict[str, int] = {}
-    representatives: list[SequenceMatcher] = []
-    local = []
-    for text in texts:
-        cluster = cluster_of_text.get(text)
-        if cluster is None:
-            cluster = _first_similar(text, representatives, threshold)
-            if cluster is None:
-                cluster = len(representatives)
-                # The representative is seq2, as in the reference's SequenceMatcher(None, text, rep):
-                # difflib caches its analysis of seq2 across set_seq1 calls.
-                representatives.append(SequenceMatcher(None, "", text))
-            cluster_of_text[text] = cluster
-        local.append(cluster)
-    return np.array(local, dtype=np.intp)
-
-
-def _first_similar(text: str, representatives: list[SequenceMatcher], threshold: float) -> int | None:
-    for cluster, matcher in enumerate(representatives):
-        matcher.set_seq1(text)
-        # real_quick_ratio and quick_ratio bound ratio from above: cheap rejections, same answer.
-        if (
-            matcher.real_quick_ratio() >= threshold
-            and matcher.quick_ratio() >= threshold
-            and matcher.ratio() >= threshold
-        ):
-            return cluster
-    return None

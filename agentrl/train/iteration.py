@@ -16,8 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from agentrl.algos.credit_diagnostics import CreditRows, credit_metrics, credit_rows
 from agentrl.algos.entropy import EntropyRegularizer
-from agentrl.algos.gigpo import gigpo, step_group_codes, step_group_metrics
+from agentrl.algos.gigpo import gigpo, gigpo_levels, step_group_codes, step_group_metrics
 from agentrl.algos.grpo import grpo, rloo
 from agentrl.algos.replay import ReplayBuffer, ReplayRule
 from agentrl.config import plain_value
@@ -118,7 +119,9 @@ def score_rollout(
     `env.max_fault_share` of them faulted stops the run. Before the advantages, ARPO injects stored
     successes into all-fail groups and then stores this iteration's successes from the batch as it was
     before injection, as ARPO's `apply_replay` does.
-    GiGPO's step groups are computed once, for the advantages and for their metrics.
+    GiGPO's step groups are computed once, for every estimator: for GiGPO's advantages and for the
+    step-credit diagnostics (`credit/*`, over every rank's rows; under GRPO and RLOO, those of the GiGPO
+    that would have been computed from the same rows).
     """
     episodes = gather(batch.episodes)
     metrics = summarize(StepBatch(episodes=episodes), "rollout")
@@ -131,9 +134,11 @@ def score_rollout(
         metrics.update(replay.metrics())
     step_group = gigpo_step_groups(cfg.algo, batch)
     advantages = compute_advantages(cfg.algo, batch, step_group)
-    if step_group is not None:
+    if step_group is not None and plain_value(cfg.algo.estimator) == "gigpo":
         sizes = np.bincount(step_group)[step_group]
         metrics.update({f"gigpo/step_group_{k}": v for k, v in step_group_metrics(sizes).items()})
+    credit = CreditRows.concat(gather([step_credit(cfg.algo, batch, step_group)]))
+    metrics.update({f"credit/{k}": v for k, v in credit_metrics(credit).items()})
     metrics["rollout/rows"] = float(len(batch))
     metrics["rollout/advantage_abs_mean"] = float(np.abs(advantages).mean()) if len(advantages) else 0.0
     return ScoredRollout(batch, advantages, metrics)
@@ -145,13 +150,39 @@ def step_anchors(algo: Any, batch: StepBatch) -> list:
 
 
 def gigpo_step_groups(algo: Any, batch: StepBatch) -> np.ndarray | None:
-    """GiGPO's step-group code per row, or None when the estimator is not GiGPO or the batch is empty."""
-    if plain_value(algo.estimator) != "gigpo" or not len(batch):
+    """GiGPO's step-group code per row, for every estimator (the diagnostics read them); None for an empty batch.
+
+    Under GRPO and RLOO `algo.gigpo` holds its defaults (checks.py refuses others), so these are the step
+    groups GiGPO's defaults would form.
+    """
+    if not len(batch):
         return None
     a = batch.arrays()
     return step_group_codes(
         a["group"], step_anchors(algo, batch), algo.gigpo.similarity, episode=a["episode"], step=a["step"]
     )
+
+
+def step_credit(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> CreditRows:
+    """This rank's rows for the step-credit diagnostics: GiGPO's two levels from the batch, whatever the estimator.
+
+    The episode level A^E is GRPO's with the run's `algo.norm`, `episode_stats` and `invalid_penalty` (the
+    advantage itself under GRPO, GiGPO's A^E under GiGPO; under RLOO, GRPO's form at `algo.norm=none`, not
+    RLOO's leave-one-out). The step level A^S is GiGPO's with `algo.gigpo` (its defaults under GRPO and RLOO).
+    Under GiGPO this repeats the advantage's arithmetic, which is linear in the rows; the grouping is not repeated.
+    """
+    if step_group is None:
+        return credit_rows(None)
+    g = algo.gigpo
+    levels = gigpo_levels(
+        *_row_columns(batch),
+        step_anchors(algo, batch),
+        gamma=g.gamma,
+        similarity=g.similarity,
+        step_group=step_group,
+        **_episode_level_options(algo),
+    )
+    return credit_rows(levels)
 
 
 def compute_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None = None) -> np.ndarray:

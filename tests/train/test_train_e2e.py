@@ -43,6 +43,12 @@ def test_metrics_are_written_per_iteration(trained_run):
         for key in ("train/loss", "train/grad_norm", "rollout/success", "rollout/rows", "time/iteration_s"):
             assert key in r, key
         assert r["rollout/rows"] >= 2 * 2  # B=2 groups of N=2 episodes, at least one turn each
+        # a GRPO run logs the step-credit diagnostics of the GiGPO it did not run, not GiGPO's own figures
+        sizes = [r[f"credit/step_group_size_{b}_share"] for b in ("1", "2_4", "5_9", "10_plus")]
+        assert sum(sizes) == pytest.approx(1.0)
+        assert 0 <= r["credit/step_advantage_nonzero_share"] <= 1 - sizes[0]
+        assert "credit/episode_step_advantage_correlation" in r  # null where undefined
+        assert not any(key.startswith("gigpo/") for key in r)
     assert "eval/success" in records[-1]
 
 
@@ -155,6 +161,8 @@ def test_gigpo_with_replay_and_epo_trains_and_checkpoints_their_state(run_cli, t
     for r in records[1:]:
         for key in (
             "gigpo/step_group_singleton_share",
+            "credit/step_group_size_1_share",
+            "credit/episode_groups_no_signal_share",
             "replay/buffer_episodes",
             "replay/groups_injected",
             "entropy/token_mean",

@@ -1,0 +1,114 @@
+"""`score_rollout` logs the step-credit diagnostics (`credit/*`) for every estimator, over every rank's rows."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.algos.credit_diagnostics import CREDIT_METRICS, CreditRows
+from agentrl.algos.replay import ReplayBuffer
+from agentrl.config import AlgoConfig, Estimator
+from agentrl.rollout.collector import StepBatch
+from agentrl.train.iteration import gigpo_step_groups, score_rollout, step_credit
+
+
+def make_batch(episodes: list[tuple[int, list[tuple[str, float]]]], first_episode: int = 0) -> StepBatch:
+    """(group, [(anchor, reward) per step]) per episode, every reply valid."""
+    batch = StepBatch()
+    for episode, (group, steps) in enumerate(episodes, start=first_episode):
+        won = sum(r for _, r in steps) > 0
+        for step, (anchor, reward) in enumerate(steps):
+            for name, value in (
+                ("group", group),
+                ("episode", episode),
+                ("step", step),
+                ("task_id", f"task{group}"),
+                ("reward", reward),
+                ("valid", True),
+                ("admissible", True),
+                ("anchor", anchor),
+                ("observation", anchor),
+                ("prompt", "p"),
+                ("completion", "c"),
+                ("prompt_ids", [1]),
+                ("completion_ids", [2]),
+                ("logprobs", [-0.5]),
+                ("won", won),
+                ("replayed", False),
+            ):
+                getattr(batch, name).append(value)
+    return batch
+
+
+# Group 0: a success and a failure sharing their first state; group 1: two equal failures at one state.
+EPISODES = [
+    (0, [("s0", 0.0), ("s1", 10.0)]),
+    (0, [("s0", 0.0), ("s2", 0.0)]),
+    (1, [("t0", 0.0)]),
+    (1, [("t0", 0.0)]),
+]
+
+
+def cfg_for(estimator: str, **algo) -> SimpleNamespace:
+    config = OmegaConf.structured(AlgoConfig(estimator=Estimator(estimator)))
+    config.norm = "none"  # RLOO's; the same for the three so that their diagnostics agree
+    return SimpleNamespace(algo=OmegaConf.merge(config, algo), env=SimpleNamespace(max_fault_share=1.0))
+
+
+def credit(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if k.startswith("credit/")}
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
+def test_every_estimator_logs_what_gigpo_would_have(estimator):
+    metrics = score_rollout(cfg_for(estimator), make_batch(EPISODES), None, lambda items: items, 1).metrics
+    assert set(credit(metrics)) == {f"credit/{name}" for name in CREDIT_METRICS}
+    gigpo_run = score_rollout(cfg_for("gigpo"), make_batch(EPISODES), None, lambda items: items, 1).metrics
+    assert credit(metrics) == pytest.approx(credit(gigpo_run))  # a GRPO run shows GiGPO's step groups
+    assert metrics["credit/step_group_size_1_share"] == 2 / 6
+    assert metrics["credit/step_group_size_2_4_share"] == 4 / 6
+    assert metrics["credit/step_advantage_nonzero_share"] == 2 / 6
+    assert metrics["credit/episode_groups_no_signal_share"] == 0.5
+    assert metrics["credit/step_groups_no_signal_share"] == 0.5
+    assert 0 < metrics["credit/episode_step_advantage_correlation"] < 1
+    # The existing GiGPO names stay, for GiGPO runs only.
+    assert ("gigpo/step_group_singleton_share" in metrics) == (estimator == "gigpo")
+    if estimator == "gigpo":
+        assert metrics["gigpo/step_group_singleton_share"] == metrics["credit/step_group_size_1_share"]
+
+
+def test_the_diagnostics_cover_every_rank():
+    """With two ranks, the figures are those of both ranks' rows together, not of this rank's."""
+    other_rank = make_batch(EPISODES[2:], first_episode=2)
+    both_ranks = score_rollout(cfg_for("grpo"), make_batch(EPISODES), None, lambda items: items, 1).metrics
+    this_rank = make_batch(EPISODES[:2])
+
+    algo = cfg_for("grpo").algo
+    other_rows = step_credit(algo, other_rank, gigpo_step_groups(algo, other_rank))
+
+    def gather(items: list) -> list:  # the other rank's episodes are left out: only the diagnostics are checked
+        return items + [other_rows] if items and isinstance(items[0], CreditRows) else items
+
+    metrics = score_rollout(cfg_for("grpo"), this_rank, None, gather, 1).metrics
+    assert credit(metrics) == pytest.approx(credit(both_ranks))
+    alone = score_rollout(cfg_for("grpo"), this_rank, None, lambda items: items, 1).metrics
+    assert alone["credit/episode_groups_no_signal_share"] == 0.0  # group 1 is on the other rank
+
+
+def test_replay_combination_reads_the_batch_after_injection():
+    """GRPO + ARPO: an all-fail group gets a stored success, and the diagnostics see the injected batch."""
+    buffer = ReplayBuffer(capacity=8, seed=0)
+    buffer.add(make_batch([(1, [("t0", 10.0)])], first_episode=100))
+    cfg = cfg_for("grpo", replay={"enabled": True})
+    metrics = score_rollout(cfg, make_batch(EPISODES), buffer, lambda items: items, 1).metrics
+    assert metrics["replay/groups_injected"] == 1.0
+    assert metrics["credit/episode_groups_no_signal_share"] == 0.0  # group 1 now holds a success
+    assert metrics["credit/step_groups_no_signal_share"] == 0.0
+
+
+def test_an_empty_batch_logs_undefined_figures():
+    metrics = score_rollout(cfg_for("gigpo"), StepBatch(), None, lambda items: items, 1).metrics
+    assert all(math.isnan(v) for v in credit(metrics).values()) and credit(metrics)
