@@ -87,7 +87,8 @@ def parse_args() -> argparse.Namespace:
         "--micro-batch-size",
         type=int,
         help="trainer.micro_batch_size, rows per pass (default: 16 test, 8 0.5b, 4 1.5b, 2 7b: without gradient "
-        "checkpointing a 1.5B row of 2,000 tokens keeps about 6 GB of activations, a 7B row about 13 GB)",
+        "checkpointing a 1.5B row of 2,000 tokens keeps about 6 GB of activations, a 7B row about 13 GB; "
+        "0: no override, the model option's own memory settings)",
     )
     p.add_argument(
         "--mini-batch-size", type=int, default=256, help="trainer.mini_batch_size (verl-agent's 256; 0: one step)"
@@ -121,6 +122,7 @@ def instrument(device: str, stats: dict) -> None:
     from transformers.generation.utils import GenerationMixin
 
     from agentrl.envs import workers
+    from agentrl.train import update
     from agentrl.train.trainer import AgentTrainer
 
     stats.update({f"{part}_s": 0.0 for part in PARTS}, generate_calls=0, in_rollout=False, in_update=False)
@@ -147,8 +149,8 @@ def instrument(device: str, stats: dict) -> None:
     timed(workers._SlotPool, "step", "environment")
     timed(AgentTrainer, "_old_logps", "old_logps", None)
     timed(AgentTrainer, "_reference_logps", "ref_logps", None)
-    timed(AgentTrainer, "_accumulate_gradient", "forward_backward", None)
-    timed(AgentTrainer, "_clipped_grad_norm", "optimizer", None)
+    timed(update, "accumulate_gradient", "forward_backward", None)  # update_policy looks them up in its module
+    timed(update, "clipped_grad_norm", "optimizer", None)
     timed(AcceleratedOptimizer, "step", "optimizer", None)
 
     generate = GenerationMixin.generate
@@ -225,7 +227,6 @@ def overrides(args, model_dir: Path, run_dir: Path) -> list[str]:
         "trainer.eval_every=0",
         f"trainer.tasks_per_iteration={args.tasks}",
         f"trainer.group_size={args.group_size}",
-        f"trainer.micro_batch_size={args.micro_batch_size}",
         f"trainer.mini_batch_size={args.mini_batch_size or 'null'}",
         f"rollout.max_new_tokens={args.max_new_tokens}",
         "eval.num_tasks=1",
@@ -233,6 +234,8 @@ def overrides(args, model_dir: Path, run_dir: Path) -> list[str]:
         "logger.progress=false",
         f"hydra.run.dir='{run_dir}'",
     ]
+    if args.micro_batch_size:
+        out.append(f"trainer.micro_batch_size={args.micro_batch_size}")
     if args.lora:
         out += ["model.lora.enabled=true", "model.lora.rank=64", "model.lora.alpha=64", "model.lora.dropout=0.0"]
     return out + list(args.override)
@@ -376,8 +379,8 @@ def main() -> None:
         result["peak_gib"] = max(result[f"{k}_gib"] for k in phases)
         result["peak_reserved_gib"] = round(max(stats.get(f"{k}_reserved", 0) for k in phases) / GIB, 2)
         result["gpu_total_gib"] = round(torch.cuda.get_device_properties(0).total_memory / GIB, 1)
-        result["memory_plan_gib"] = stats.get("plan", {})
     result["peak_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / GIB, 2)
+    result["memory_plan_gib"] = stats.get("plan", {})
     print_table(result, stats["command"])
     line = json.dumps(result)
     if args.json_out:
@@ -428,6 +431,10 @@ def print_table(r: dict, command: str) -> None:
             ("peak GPU memory reserved", f"{r['peak_reserved_gib']:.2f} GiB"),
         ]
     rows.append(("peak resident memory (process)", f"{r['peak_rss_gib']:.2f} GiB"))
+    if r["device"] == "cpu":
+        rows.append(
+            ("memory plan's estimate: peak", f"{r['memory_plan_gib'].get('estimate_peak', float('nan')):.2f} GiB")
+        )
     for row in rows:
         table.add_row(*row)
     console = Console(width=max(Console().width, 110))
