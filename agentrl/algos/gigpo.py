@@ -21,7 +21,7 @@ from difflib import SequenceMatcher
 
 import numpy as np
 
-from agentrl.algos.grpo import check_normalisation, episode_advantages, factorize_rows
+from agentrl.algos.grpo import check_normalisation, episode_advantages, factorize_rows, scope_segments
 from agentrl.algos.segments import check_lengths, factorize, int_ids, segment_stats, step_order
 
 STEP_GROUP_METRICS = ("singleton_share", "mean_size", "max_size", "num_groups")
@@ -43,19 +43,22 @@ def gigpo(
     eps: float = 1e-6,
     similarity: float | None = None,
     step_group: np.ndarray | None = None,
+    agent=None,
+    norm_scope: str = "global",
 ) -> np.ndarray:
     """GiGPO advantages, one per row: ``A_i = A^E_i + step_weight * A^S_i`` (paper Eq. 8).
 
     ``A^E`` is ``grpo`` with the same ``norm``, ``episode_stats``,
-    ``invalid_penalty`` and ``eps`` (Eq. 3). ``A^S`` is relative within a step group:
+    ``invalid_penalty``, ``eps``, ``agent`` and ``norm_scope`` (Eq. 3; with
+    ``norm_scope="agent"``, Dr. MAS's agent-wise Eq. 5). ``A^S`` is relative within a step group:
 
     - step return ``R_i = sum_{k>=t} gamma^(k-t) r_k`` over the row's episode,
       in ``step`` order (``discounted_returns``, Eq. 5), on the rewards before the
       invalid penalty; then ``invalid_penalty * (not valid_i)`` is subtracted
       from the row's own return only;
-    - step groups (``step_group_codes``, Eq. 6): rows of one ``group`` with equal
-      ``anchor`` keys (equal as Python dict keys, so ``1 == 1.0``); keys never
-      match across groups. With ``similarity`` (a threshold in (0, 1), string
+    - step groups (``step_group_codes``, Eq. 6): rows of one ``group`` and one
+      ``agent`` with equal ``anchor`` keys (equal as Python dict keys, so
+      ``1 == 1.0``); keys never match across groups or agents. With ``similarity`` (a threshold in (0, 1), string
       anchors only) the reference's greedy clustering is used instead, see
       ``step_group_sizes``;
     - ``A^S_i = R_i - mu_s`` (``norm="none"``) or ``(R_i - mu_s) / (sigma_s + eps)``
@@ -81,20 +84,22 @@ def gigpo(
     ``similarity``; a caller that also logs the step-group sizes then groups
     the rows once.
     """
-    check_normalisation(norm, episode_stats, eps)
+    check_normalisation(norm, episode_stats, eps, norm_scope)
     _check_gamma(gamma)
     if not np.isfinite(step_weight):
         raise ValueError(f"step_weight must be finite, got {step_weight}")
     _check_similarity(similarity)
-    rows = factorize_rows(group, episode, step, reward, valid, invalid_penalty)
+    rows = factorize_rows(group, episode, step, reward, valid, invalid_penalty, agent)
     keys = _anchor_keys(anchor, 0 if rows is None else rows.group.size)
     if rows is None:
         return np.zeros(0)
 
-    episode_level = episode_advantages(rows, norm, episode_stats, eps)
+    episode_level = episode_advantages(rows, norm, episode_stats, eps, norm_scope)
     step_return = _discount_scan(rows.episode, rows.num_episodes, rows.order, rows.reward, gamma) - rows.penalty
     if step_group is None:
-        step_group, num_step_groups = _group_by_anchor(rows.group, keys, similarity, rows.order)
+        # An agent's turn is never compared with another agent's, whatever norm_scope is.
+        group_and_agent, _ = scope_segments(rows, "agent")
+        step_group, num_step_groups = _group_by_anchor(group_and_agent, keys, similarity, rows.order)
     else:
         step_group, num_step_groups = _given_step_groups(step_group, rows.group.size)
     step_level = step_advantages(step_group, num_step_groups, step_return, norm, eps)
@@ -166,7 +171,7 @@ def _discount_scan(
 
 
 def step_group_sizes(
-    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None
+    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None, agent=None
 ) -> np.ndarray:
     """Size of each row's GiGPO step group, one per row, for logging (see ``step_group_metrics``).
 
@@ -181,16 +186,17 @@ def step_group_sizes(
     clusters, otherwise rows are visited in input order. Without
     ``similarity`` the order does not matter.
     """
-    codes = step_group_codes(group, anchor, similarity, episode=episode, step=step)
+    codes = step_group_codes(group, anchor, similarity, episode=episode, step=step, agent=agent)
     return np.bincount(codes)[codes] if codes.size else codes
 
 
 def step_group_codes(
-    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None
+    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None, agent=None
 ) -> np.ndarray:
     """Dense GiGPO step-group code per row (0, 1, ...), the grouping ``gigpo`` uses (paper Eq. 6).
 
-    Arguments as in ``step_group_sizes``. A caller that both computes the
+    Arguments as in ``step_group_sizes``; ``agent`` (one str or int label per row, or None)
+    keeps the rows of different agents apart, as ``gigpo`` does. A caller that both computes the
     advantages and logs the group sizes groups the rows once with this and
     passes the codes to ``gigpo(step_group=...)``.
     """
@@ -201,6 +207,12 @@ def step_group_codes(
     if group.size == 0:
         return np.zeros(0, dtype=np.int64)
     g, _ = factorize(group)
+    if agent is not None:
+        agent = np.asarray(agent)
+        if agent.shape != group.shape:
+            raise ValueError(f"agent must hold one label per row: got shape {agent.shape} for {group.size} rows")
+        a, num_agents = factorize(agent)
+        g, _ = factorize(g.astype(np.int64) * num_agents + a)
     codes, _ = _group_by_anchor(g, keys, similarity, row_order)
     return codes
 

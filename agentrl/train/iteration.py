@@ -150,7 +150,12 @@ def gigpo_step_groups(algo: Any, batch: StepBatch) -> np.ndarray | None:
         return None
     a = batch.arrays()
     return step_group_codes(
-        a["group"], step_anchors(algo, batch), algo.gigpo.similarity, episode=a["episode"], step=a["step"]
+        a["group"],
+        step_anchors(algo, batch),
+        algo.gigpo.similarity,
+        episode=a["episode"],
+        step=a["step"],
+        agent=a["agent"],
     )
 
 
@@ -165,15 +170,23 @@ def _row_columns(batch: StepBatch) -> tuple[np.ndarray, ...]:
     return a["group"], a["episode"], a["step"], a["reward"], a["valid"]
 
 
-def _episode_level_options(algo: Any) -> dict[str, Any]:
-    """GRPO's keys, which GiGPO's episode level shares."""
+def _baseline_options(algo: Any, batch: StepBatch) -> dict[str, Any]:
+    """What GRPO, RLOO and GiGPO's episode level share: the statistics' samples and scope, the penalty, the agents."""
     return dict(
-        norm=plain_value(algo.norm), episode_stats=plain_value(algo.episode_stats), invalid_penalty=algo.invalid_penalty
+        episode_stats=plain_value(algo.episode_stats),
+        norm_scope=plain_value(algo.norm_scope),
+        invalid_penalty=algo.invalid_penalty,
+        agent=batch.arrays()["agent"],
     )
 
 
+def _episode_level_options(algo: Any, batch: StepBatch) -> dict[str, Any]:
+    """GRPO's keys, which GiGPO's episode level shares."""
+    return dict(norm=plain_value(algo.norm), **_baseline_options(algo, batch))
+
+
 def _grpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
-    return grpo(*_row_columns(batch), **_episode_level_options(algo))
+    return grpo(*_row_columns(batch), **_episode_level_options(algo, batch))
 
 
 def _gigpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
@@ -185,14 +198,12 @@ def _gigpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None
         step_weight=g.step_weight,
         similarity=g.similarity,
         step_group=step_group,
-        **_episode_level_options(algo),
+        **_episode_level_options(algo, batch),
     )
 
 
 def _rloo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
-    return rloo(
-        *_row_columns(batch), episode_stats=plain_value(algo.episode_stats), invalid_penalty=algo.invalid_penalty
-    )
+    return rloo(*_row_columns(batch), **_baseline_options(algo, batch))
 
 
 # `algo.estimator` -> (algo config, batch, GiGPO's step groups or None) -> one advantage per row

@@ -32,6 +32,7 @@ def _batch() -> StepBatch:
         batch.group.append(group)
         batch.episode.append(episode)
         batch.step.append(step)
+        batch.agent.append("0")
         batch.reward.append(reward)
         batch.valid.append(valid)
         batch.anchor.append(anchor)
