@@ -56,3 +56,23 @@ def test_each_entry_calls_its_estimator(estimator):
     out = compute_advantages(algo, batch, gigpo_step_groups(algo, batch))
     np.testing.assert_array_equal(out, expected)
     assert all(not np.array_equal(out, other) for other in others)  # the batch tells the three apart
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
+def test_the_agent_scope_reads_the_rows_agents(estimator):
+    algo = OmegaConf.structured(AlgoConfig(estimator=Estimator(estimator)))
+    if estimator == "rloo":
+        algo.norm = "none"
+    batch = _batch()
+    batch.agent = ["checker", "actor", "checker", "checker", "checker", "actor"]
+    columns = (batch.group, batch.episode, batch.step, batch.reward, batch.valid)
+    scoped = dict(invalid_penalty=0.1, agent=batch.agent, norm_scope="agent")
+    expected = {
+        "grpo": lambda: grpo(*columns, norm=plain_value(algo.norm), **scoped),
+        "gigpo": lambda: gigpo(*columns, batch.anchor, gamma=0.95, step_weight=1.0, **scoped),
+        "rloo": lambda: rloo(*columns, **scoped),
+    }[estimator]()
+    agent_scope = OmegaConf.merge(algo, {"norm_scope": "agent"})
+    out = compute_advantages(agent_scope, batch, gigpo_step_groups(agent_scope, batch))
+    np.testing.assert_array_equal(out, expected)
+    assert not np.array_equal(out, compute_advantages(algo, batch, gigpo_step_groups(algo, batch)))
