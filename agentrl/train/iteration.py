@@ -136,7 +136,27 @@ def score_rollout(
         metrics.update({f"gigpo/step_group_{k}": v for k, v in step_group_metrics(sizes).items()})
     metrics["rollout/rows"] = float(len(batch))
     metrics["rollout/advantage_abs_mean"] = float(np.abs(advantages).mean()) if len(advantages) else 0.0
+    metrics.update(agent_advantage_metrics(batch.agent, advantages))
     return ScoredRollout(batch, advantages, metrics)
+
+
+def agent_advantage_metrics(agents: Sequence[str], advantages: np.ndarray) -> dict[str, float]:
+    """A team's per-agent mean advantage and share of rows (`rollout/agent/<agent>/...`); nothing for one agent.
+
+    Under a global baseline an agent's mean advantage carries the gap between its rows' mean score and the
+    group's (Dr. MAS's mu_k - mu); `algo.norm_scope=agent` takes it to 0 in every group where the agent has more
+    than one row.
+    """
+    names = sorted(set(agents))
+    if len(names) < 2:
+        return {}
+    agents = np.asarray(agents)
+    metrics = {}
+    for name in names:
+        mine = agents == name
+        metrics[f"rollout/agent/{name}/advantage_mean"] = float(advantages[mine].mean())
+        metrics[f"rollout/agent/{name}/row_share"] = float(mine.mean())
+    return metrics
 
 
 def step_anchors(algo: Any, batch: StepBatch) -> list:

@@ -76,3 +76,17 @@ def test_the_agent_scope_reads_the_rows_agents(estimator):
     out = compute_advantages(agent_scope, batch, gigpo_step_groups(agent_scope, batch))
     np.testing.assert_array_equal(out, expected)
     assert not np.array_equal(out, compute_advantages(algo, batch, gigpo_step_groups(algo, batch)))
+
+
+def test_a_team_logs_each_agents_mean_advantage_and_one_agent_logs_nothing():
+    from agentrl.train.iteration import agent_advantage_metrics
+
+    advantages = np.array([1.0, 3.0, -2.0, 0.5])
+    assert agent_advantage_metrics(["0"] * 4, advantages) == {}
+    metrics = agent_advantage_metrics(["b", "a", "b", "b"], advantages)
+    assert metrics == {
+        "rollout/agent/a/advantage_mean": 3.0,
+        "rollout/agent/a/row_share": 0.25,
+        "rollout/agent/b/advantage_mean": -0.5 / 3,
+        "rollout/agent/b/row_share": 0.75,
+    }
