@@ -48,9 +48,8 @@ def gigpo(
 ) -> np.ndarray:
     """GiGPO advantages, one per row: ``A_i = A^E_i + step_weight * A^S_i`` (paper Eq. 8).
 
-    ``A^E`` is ``grpo`` with the same ``norm``, ``episode_stats``,
-    ``invalid_penalty``, ``eps``, ``agent`` and ``norm_scope`` (Eq. 3; with
-    ``norm_scope="agent"``, Dr. MAS's agent-wise Eq. 5). ``A^S`` is relative within a step group:
+    ``A^E`` is ``grpo`` with the same ``norm``, ``episode_stats``, ``invalid_penalty``, ``eps``, ``agent``
+    and ``norm_scope`` (Eq. 3; Dr. MAS's Eq. 5 with ``norm_scope="agent"``). ``A^S`` is relative within a step group:
 
     - step return ``R_i = sum_{k>=t} gamma^(k-t) r_k`` over the row's episode,
       in ``step`` order (``discounted_returns``, Eq. 5), on the rewards before the
@@ -98,8 +97,7 @@ def gigpo(
     step_return = _discount_scan(rows.episode, rows.num_episodes, rows.order, rows.reward, gamma) - rows.penalty
     if step_group is None:
         # An agent's turn is never compared with another agent's, whatever norm_scope is.
-        group_and_agent, _ = scope_segments(rows, "agent")
-        step_group, num_step_groups = _group_by_anchor(group_and_agent, keys, similarity, rows.order)
+        step_group, num_step_groups = _group_by_anchor(scope_segments(rows, "agent")[0], keys, similarity, rows.order)
     else:
         step_group, num_step_groups = _given_step_groups(step_group, rows.group.size)
     step_level = step_advantages(step_group, num_step_groups, step_return, norm, eps)
@@ -208,10 +206,8 @@ def step_group_codes(
         return np.zeros(0, dtype=np.int64)
     g, _ = factorize(group)
     if agent is not None:
-        agent = np.asarray(agent)
-        if agent.shape != group.shape:
-            raise ValueError(f"agent must hold one label per row: got shape {agent.shape} for {group.size} rows")
-        a, num_agents = factorize(agent)
+        a, num_agents = factorize(np.asarray(agent))
+        check_lengths(group=group, agent=a)
         g, _ = factorize(g.astype(np.int64) * num_agents + a)
     codes, _ = _group_by_anchor(g, keys, similarity, row_order)
     return codes
