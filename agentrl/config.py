@@ -176,6 +176,13 @@ class HouseholdEnvConfig(EnvConfig):
 
 
 @dataclass
+class HouseholdTeamEnvConfig(HouseholdEnvConfig):
+    """env=household_team: the household world played by checker, actor and finisher (agentrl/envs/household_team.py)."""
+
+    name: str = checked("household_team", MinLen(1))
+
+
+@dataclass
 class AlfworldEnvConfig(EnvConfig):
     name: str = checked("alfworld", MinLen(1))
     max_steps: int | None = checked(50, Ge(1))  # reference: 50
@@ -472,6 +479,7 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalRunConfig)
     cs.store(group="env", name="household_schema", node=HouseholdEnvConfig)
+    cs.store(group="env", name="household_team_schema", node=HouseholdTeamEnvConfig)
     cs.store(group="env", name="alfworld_schema", node=AlfworldEnvConfig)
     cs.store(group="env", name="scienceworld_schema", node=ScienceworldEnvConfig)
     from agentrl.envs.registry import register_plugin_configs
