@@ -36,10 +36,17 @@ class Norm(str, Enum):
 
 
 class EpisodeStats(str, Enum):
-    """Where GRPO takes its group statistics: over step rows (reference code) or episodes (paper Eq. 3)."""
+    """What GRPO's group statistics are taken over (docs/algorithms.md, GRPO and Dr. MAS)."""
 
-    rows = "rows"
-    episodes = "episodes"
+    rows = "rows"  # every step row's penalised score (verl-agent's reference code)
+    episodes = "episodes"  # every episode's return, once (GiGPO paper Eq. 3)
+    episode_means = "episode_means"  # every episode's mean row score, once (Dr. MAS's baseline, its Eq. 2)
+
+
+# Which rows share the advantage statistics (docs/algorithms.md, "Dr. MAS: agent-wise normalisation"):
+# global, a task group's rows; agent, the rows of one agent in a task group (Dr. MAS, arXiv 2602.08847, Eq. 5).
+# The functional form because `global` is a Python keyword, and OmegaConf matches a value by the member's name.
+NormScope = Enum("NormScope", {"global": "global", "agent": "agent"}, type=str)
 
 
 class Estimator(str, Enum):
@@ -166,6 +173,13 @@ class EnvConfig:
 class HouseholdEnvConfig(EnvConfig):
     name: str = checked("household", MinLen(1))
     level: str = checked("default", tuple(HOUSEHOLD_LEVELS))  # see agentrl/envs/household.py
+
+
+@dataclass
+class HouseholdTeamEnvConfig(HouseholdEnvConfig):
+    """env=household_team: the household world played by checker, actor and finisher (agentrl/envs/household_team.py)."""
+
+    name: str = checked("household_team", MinLen(1))
 
 
 @dataclass
@@ -302,6 +316,9 @@ class AlgoConfig:
     estimator: Estimator = Estimator.grpo
     norm: Norm = Norm.std  # reference norm_adv_by_std_in_grpo=True
     episode_stats: EpisodeStats = EpisodeStats.rows
+    # global: statistics per task group; agent: per (task group, agent), for environments whose observations
+    # name the acting agent (Dr. MAS). Applies to GRPO, RLOO and GiGPO's episode level.
+    norm_scope: NormScope = NormScope["global"]
     invalid_penalty: float = checked(0.1, Ge(0))  # c: cost of a reply with no parsable action
     gigpo: GigpoConfig = field(default_factory=GigpoConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
@@ -462,6 +479,7 @@ def register_configs() -> None:
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalRunConfig)
     cs.store(group="env", name="household_schema", node=HouseholdEnvConfig)
+    cs.store(group="env", name="household_team_schema", node=HouseholdTeamEnvConfig)
     cs.store(group="env", name="alfworld_schema", node=AlfworldEnvConfig)
     cs.store(group="env", name="scienceworld_schema", node=ScienceworldEnvConfig)
     from agentrl.envs.registry import register_plugin_configs

@@ -117,8 +117,10 @@ def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int,
     limit = env_cfg.max_steps or suite.max_steps
     # With an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step, up to seconds a reset) the play is engine
     # time: worker processes run the episodes side by side. Outcomes come back in slot order, so the play is the
-    # same. The built-in household world steps in microseconds, where workers would only add start-up.
-    workers = env_cfg.num_workers if env_cfg.name == "household" else max(env_cfg.num_workers, BUILD_WORKERS)
+    # same. The built-in household world (alone or played by a team) steps in microseconds, where workers would only
+    # add start-up.
+    pure_python = env_cfg.name in ("household", "household_team")
+    workers = env_cfg.num_workers if pure_python else max(env_cfg.num_workers, BUILD_WORKERS)
     with (
         make_pool(suite.make_env, workers, env_cfg.step_timeout_s) as pool,
         Phase(f"{doing} ({episodes} episodes in lockstep), turn", limit) as phase,

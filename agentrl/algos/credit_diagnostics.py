@@ -5,8 +5,9 @@ A^S compares rows taken from the same anchor state within a task group (a step g
 says nothing where a state is visited once (a step group of one row) or where every row of a step
 group has the same step return. These figures measure that, for every estimator: under GRPO and
 RLOO they are those of the GiGPO that would have been computed from the same batch (the same step
-groups, ``gigpo_levels`` on the same rows), so a GRPO run shows what GiGPO would have had to work
-with. docs/algorithms.md, "Reading the step-credit diagnostics", says how to read them.
+groups, which never mix a team's agents, and ``gigpo_levels`` on the same rows, agents and
+``norm_scope``), so a GRPO run shows what GiGPO would have had to work with. docs/algorithms.md,
+"Reading the step-credit diagnostics", says how to read them.
 
 ``credit_rows`` takes one batch's ``GigpoLevels`` to the per-row and per-group values the figures
 need (``CreditRows``), ``CreditRows.concat`` joins the ranks' rows, and ``credit_metrics`` turns

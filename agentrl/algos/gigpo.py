@@ -3,9 +3,8 @@
 One function per equation of the paper (docs/algorithms.md, "GiGPO"), pure numpy, float64:
 
 - ``discounted_returns``: the step return R_t = sum_{k>=t} gamma^(k-t) r_k (Eq. 5);
-- ``step_group_codes``: the step groups, rows of one group taken from the same
-  anchor state (Eq. 6); ``step_group_sizes`` and ``step_group_metrics`` give
-  their sizes for logging (the paper reports them);
+- ``step_group_codes``: the step groups, rows of one group (and one agent of a team) from the same anchor
+  state (Eq. 6); ``step_group_sizes`` and ``step_group_metrics`` log their sizes (the paper reports them);
 - ``step_advantages``: the step level A^S, a step return relative to its step group (Eq. 7);
 - ``gigpo``: A = A^E + omega * A^S (Eq. 8), with A^E GRPO's episode level
   (``agentrl/algos/grpo.py``, Eq. 3); ``gigpo_levels`` gives the two levels apart,
@@ -22,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from agentrl.algos.grpo import EpisodeRows, check_normalisation, episode_advantages, factorize_rows
+from agentrl.algos.grpo import EpisodeRows, check_normalisation, episode_advantages, factorize_rows, scope_segments
 from agentrl.algos.segments import check_lengths, factorize, int_ids, segment_stats, step_order
 from agentrl.algos.similarity_clusters import similarity_clusters
 
@@ -45,21 +44,21 @@ def gigpo(
     eps: float = 1e-6,
     similarity: float | None = None,
     step_group: np.ndarray | None = None,
+    agent=None,
+    norm_scope: str = "global",
 ) -> np.ndarray:
     """GiGPO advantages, one per row: ``A_i = A^E_i + step_weight * A^S_i`` (paper Eq. 8).
 
-    ``A^E`` is ``grpo`` with the same ``norm``, ``episode_stats``,
-    ``invalid_penalty`` and ``eps`` (Eq. 3). ``A^S`` is relative within a step group:
+    ``A^E`` is ``grpo`` with the same ``norm``, ``episode_stats``, ``invalid_penalty``, ``eps``, ``agent``
+    and ``norm_scope`` (Eq. 3; Dr. MAS's Eq. 5 with ``norm_scope="agent"``). ``A^S`` is relative within a step group:
 
-    - step return ``R_i = sum_{k>=t} gamma^(k-t) r_k`` over the row's episode,
-      in ``step`` order (``discounted_returns``, Eq. 5), on the rewards before the
-      invalid penalty; then ``invalid_penalty * (not valid_i)`` is subtracted
-      from the row's own return only;
-    - step groups (``step_group_codes``, Eq. 6): rows of one ``group`` with equal
-      ``anchor`` keys (equal as Python dict keys, so ``1 == 1.0``); keys never
-      match across groups. With ``similarity`` (a threshold in (0, 1), string
-      anchors only) the reference's greedy clustering is used instead, see
-      ``step_group_sizes``;
+    - step return ``R_i = sum_{k>=t} gamma^(k-t) r_k`` over the row's episode, in ``step`` order
+      (``discounted_returns``, Eq. 5), on the rewards before the invalid penalty; then
+      ``invalid_penalty * (not valid_i)`` is subtracted from the row's own return only;
+    - step groups (``step_group_codes``, Eq. 6): rows of one ``group`` and one ``agent`` with equal ``anchor``
+      keys (equal as Python dict keys, so ``1 == 1.0``); keys never match across groups or agents. With
+      ``similarity`` (a threshold in (0, 1), string anchors only) the reference's greedy clustering is used
+      instead, see ``step_group_sizes``;
     - ``A^S_i = R_i - mu_s`` (``norm="none"``) or ``(R_i - mu_s) / (sigma_s + eps)``
       (``norm="std"``, sigma unbiased); a step group of one row gets exactly 0
       (``step_advantages``, Eq. 7).
@@ -69,18 +68,16 @@ def gigpo(
 
     - float64 (the reference's step returns and statistics are float32), so a
       step group of equal returns gets exactly 0;
-    - the reference discounts in batch order and clusters in batch order; here
-      both follow (episode, step) order, so the result does not depend on the
-      order rows come in. It matches the reference when the batch is
-      episode-major with episode ids increasing and steps in order, which is how
-      the reference gathers its rollouts.
+    - the reference discounts in batch order and clusters in batch order; here both follow (episode, step)
+      order, so the result does not depend on the order rows come in. It matches the reference when the batch
+      is episode-major with episode ids increasing and steps in order, which is how the reference gathers its
+      rollouts.
 
     ``anchor`` holds one hashable key per row (str, int, tuple; a 1-D numpy
     array works too). Empty input gives an empty array.
 
-    ``step_group`` optionally gives the rows' step-group codes, as
-    ``step_group_codes`` computes them from the same rows, anchors and
-    ``similarity``; a caller that also logs the step-group sizes then groups
+    ``step_group`` optionally gives the rows' step-group codes, as ``step_group_codes`` computes them from the
+    same rows, anchors, ``similarity`` and ``agent``; a caller that also logs the step-group sizes then groups
     the rows once.
     """
     if not np.isfinite(step_weight):
@@ -99,6 +96,8 @@ def gigpo(
         eps=eps,
         similarity=similarity,
         step_group=step_group,
+        agent=agent,
+        norm_scope=norm_scope,
     )
     if levels is None:
         return np.zeros(0)
@@ -132,23 +131,26 @@ def gigpo_levels(
     eps: float = 1e-6,
     similarity: float | None = None,
     step_group: np.ndarray | None = None,
+    agent=None,
+    norm_scope: str = "global",
 ) -> GigpoLevels | None:
     """``gigpo``'s episode level A^E and step level A^S apart (``gigpo`` returns ``A^E + omega * A^S``).
 
     Arguments and checks as in ``gigpo``, which calls this; None for empty input.
     """
-    check_normalisation(norm, episode_stats, eps)
+    check_normalisation(norm, episode_stats, eps, norm_scope)
     _check_gamma(gamma)
     _check_similarity(similarity)
-    rows = factorize_rows(group, episode, step, reward, valid, invalid_penalty)
+    rows = factorize_rows(group, episode, step, reward, valid, invalid_penalty, agent)
     keys = _anchor_keys(anchor, 0 if rows is None else rows.group.size)
     if rows is None:
         return None
 
-    episode_level = episode_advantages(rows, norm, episode_stats, eps)
+    episode_level = episode_advantages(rows, norm, episode_stats, eps, norm_scope)
     step_return = _discount_scan(rows.episode, rows.num_episodes, rows.order, rows.reward, gamma) - rows.penalty
     if step_group is None:
-        step_group, num_step_groups = _group_by_anchor(rows.group, keys, similarity, rows.order)
+        # An agent's turn is never compared with another agent's, whatever norm_scope is.
+        step_group, num_step_groups = _group_by_anchor(scope_segments(rows, "agent")[0], keys, similarity, rows.order)
     else:
         step_group, num_step_groups = _given_step_groups(step_group, rows.group.size)
     step_level = step_advantages(step_group, num_step_groups, step_return, norm, eps)
@@ -220,7 +222,7 @@ def _discount_scan(
 
 
 def step_group_sizes(
-    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None
+    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None, agent=None
 ) -> np.ndarray:
     """Size of each row's GiGPO step group, one per row, for logging (see ``step_group_metrics``).
 
@@ -235,16 +237,17 @@ def step_group_sizes(
     clusters, otherwise rows are visited in input order. Without
     ``similarity`` the order does not matter.
     """
-    codes = step_group_codes(group, anchor, similarity, episode=episode, step=step)
+    codes = step_group_codes(group, anchor, similarity, episode=episode, step=step, agent=agent)
     return np.bincount(codes)[codes] if codes.size else codes
 
 
 def step_group_codes(
-    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None
+    group, anchor: Sequence[Hashable], similarity: float | None = None, *, episode=None, step=None, agent=None
 ) -> np.ndarray:
     """Dense GiGPO step-group code per row (0, 1, ...), the grouping ``gigpo`` uses (paper Eq. 6).
 
-    Arguments as in ``step_group_sizes``. A caller that both computes the
+    Arguments as in ``step_group_sizes``; ``agent`` (one str or int label per row, or None)
+    keeps the rows of different agents apart, as ``gigpo`` does. A caller that both computes the
     advantages and logs the group sizes groups the rows once with this and
     passes the codes to ``gigpo(step_group=...)``.
     """
@@ -255,6 +258,10 @@ def step_group_codes(
     if group.size == 0:
         return np.zeros(0, dtype=np.int64)
     g, _ = factorize(group)
+    if agent is not None:
+        a, num_agents = factorize(np.asarray(agent))
+        check_lengths(group=group, agent=a)
+        g, _ = factorize(g.astype(np.int64) * num_agents + a)
     codes, _ = _group_by_anchor(g, keys, similarity, row_order)
     return codes
 

@@ -178,11 +178,15 @@ class ReplayBuffer:
             )
         self.rng.bit_generator.state = state["rng"]
         self.store = {
-            task: deque((_hashable_anchors(rows) for rows in episodes), maxlen=self.capacity)
+            task: deque((_restored_rows(rows) for rows in episodes), maxlen=self.capacity)
             for task, episodes in state["store"].items()
         }
 
 
-def _hashable_anchors(rows: dict[str, list]) -> dict[str, list]:
-    """JSON turns tuple anchor keys into lists; step grouping needs them hashable again."""
-    return {**rows, "anchor": [tuple(a) if isinstance(a, list) else a for a in rows["anchor"]]}
+def _restored_rows(rows: dict[str, list]) -> dict[str, list]:
+    """Stored rows as the batch holds them.
+
+    JSON turns tuple anchor keys into lists; step grouping needs them hashable again. Rows stored before
+    rows named their agent are the one agent's, "0" (``Observation.agent``'s default)."""
+    agent = rows.get("agent", ["0"] * len(rows["step"]))
+    return {**rows, "agent": agent, "anchor": [tuple(a) if isinstance(a, list) else a for a in rows["anchor"]]}

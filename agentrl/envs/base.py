@@ -35,6 +35,11 @@ class Observation:
     # What the prompt shows in place of the admissible list, when that list is too long to print
     # (ScienceWorld: the action templates and the objects in view). None: the list itself.
     actions_text: str | None = None
+    # Which agent of a team acts on this observation (a role such as "checker" or "solver"). Each
+    # observation is one turn, one model call: two agents acting within one environment step take two
+    # turns, and the environment's step() for the first one returns the second one's observation. Rows
+    # carry it (Dr. MAS's agent-wise advantages, algo.norm_scope=agent); a single agent leaves it "0".
+    agent: str = "0"
 
     def anchor(self) -> Hashable:
         return self.anchor_key if self.anchor_key is not None else self.text

@@ -60,6 +60,11 @@ BUILT_IN: dict[str, EnvSpec] = {
             builder="agentrl.envs.household_adapter:build",
         ),
         EnvSpec(
+            name="household_team",
+            description="household played by a team: a checker, then an actor or a finisher (Dr. MAS, norm_scope=agent)",
+            builder="agentrl.envs.household_adapter:build_team",
+        ),
+        EnvSpec(
             name="alfworld",
             description="ALFWorld's real text engine (TextWorld + PDDL); the published splits, or generated games",
             builder="agentrl.envs.alfworld.adapter:build",

@@ -75,6 +75,7 @@ class StepBatch:
     group: list[int] = field(default_factory=list)
     episode: list[int] = field(default_factory=list)
     step: list[int] = field(default_factory=list)
+    agent: list[str] = field(default_factory=list)  # which agent of a team took the turn (Observation.agent)
     task_id: list[str] = field(default_factory=list)
     reward: list[float] = field(default_factory=list)
     valid: list[bool] = field(default_factory=list)  # an action could be parsed from the reply
@@ -111,13 +112,14 @@ class StepBatch:
             getattr(self, name).append(row[name])
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The numeric columns the advantage estimators take."""
+        """The columns the advantage estimators take: the numeric ones, and the agents' labels."""
         return {
             "group": np.asarray(self.group, dtype=np.int64),
             "episode": np.asarray(self.episode, dtype=np.int64),
             "step": np.asarray(self.step, dtype=np.int64),
             "reward": np.asarray(self.reward, dtype=np.float64),
             "valid": np.asarray(self.valid, dtype=bool),
+            "agent": np.asarray(self.agent, dtype=str),
         }
 
 
@@ -261,6 +263,7 @@ def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: 
         "group": ep.group,
         "episode": ep.index,
         "step": t,
+        "agent": turn.observation.agent,
         "task_id": ep.task.task_id,
         "reward": float(outcome.reward) if stepped else 0.0,
         "valid": parsed.valid,

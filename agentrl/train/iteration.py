@@ -141,7 +141,27 @@ def score_rollout(
     metrics.update({f"credit/{k}": v for k, v in credit_metrics(credit).items()})
     metrics["rollout/rows"] = float(len(batch))
     metrics["rollout/advantage_abs_mean"] = float(np.abs(advantages).mean()) if len(advantages) else 0.0
+    metrics.update(agent_advantage_metrics(batch.agent, advantages))
     return ScoredRollout(batch, advantages, metrics)
+
+
+def agent_advantage_metrics(agents: Sequence[str], advantages: np.ndarray) -> dict[str, float]:
+    """A team's per-agent mean advantage and share of rows (`rollout/agent/<agent>/...`); nothing for one agent.
+
+    Under a global baseline an agent's mean advantage carries the gap between its rows' mean score and the
+    group's (Dr. MAS's mu_k - mu); `algo.norm_scope=agent` takes it to 0 in every group where the agent has more
+    than one row.
+    """
+    names = sorted(set(agents))
+    if len(names) < 2:
+        return {}
+    agents = np.asarray(agents)
+    metrics = {}
+    for name in names:
+        mine = agents == name
+        metrics[f"rollout/agent/{name}/advantage_mean"] = float(advantages[mine].mean())
+        metrics[f"rollout/agent/{name}/row_share"] = float(mine.mean())
+    return metrics
 
 
 def step_anchors(algo: Any, batch: StepBatch) -> list:
@@ -153,22 +173,28 @@ def gigpo_step_groups(algo: Any, batch: StepBatch) -> np.ndarray | None:
     """GiGPO's step-group code per row, for every estimator (the diagnostics read them); None for an empty batch.
 
     Under GRPO and RLOO `algo.gigpo` holds its defaults (checks.py refuses others), so these are the step
-    groups GiGPO's defaults would form.
+    groups GiGPO's defaults would form. A team's agents are kept apart, as in GiGPO's own grouping.
     """
     if not len(batch):
         return None
     a = batch.arrays()
     return step_group_codes(
-        a["group"], step_anchors(algo, batch), algo.gigpo.similarity, episode=a["episode"], step=a["step"]
+        a["group"],
+        step_anchors(algo, batch),
+        algo.gigpo.similarity,
+        episode=a["episode"],
+        step=a["step"],
+        agent=a["agent"],
     )
 
 
 def step_credit(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> CreditRows:
     """This rank's rows for the step-credit diagnostics: GiGPO's two levels from the batch, whatever the estimator.
 
-    The episode level A^E is GRPO's with the run's `algo.norm`, `episode_stats` and `invalid_penalty` (the
-    advantage itself under GRPO, GiGPO's A^E under GiGPO; under RLOO, GRPO's form at `algo.norm=none`, not
-    RLOO's leave-one-out). The step level A^S is GiGPO's with `algo.gigpo` (its defaults under GRPO and RLOO).
+    The episode level A^E is GRPO's with the run's `algo.norm`, `episode_stats`, `norm_scope` and
+    `invalid_penalty`, on the rows' agents (the advantage itself under GRPO, GiGPO's A^E under GiGPO; under RLOO,
+    GRPO's form at `algo.norm=none`, not RLOO's leave-one-out). The step level A^S is GiGPO's with `algo.gigpo`
+    (its defaults under GRPO and RLOO), over step groups that never mix agents.
     Under GiGPO this repeats the advantage's arithmetic, which is linear in the rows; the grouping is not repeated.
     """
     if step_group is None:
@@ -180,7 +206,7 @@ def step_credit(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> C
         gamma=g.gamma,
         similarity=g.similarity,
         step_group=step_group,
-        **_episode_level_options(algo),
+        **_episode_level_options(algo, batch),
     )
     return credit_rows(levels)
 
@@ -196,15 +222,23 @@ def _row_columns(batch: StepBatch) -> tuple[np.ndarray, ...]:
     return a["group"], a["episode"], a["step"], a["reward"], a["valid"]
 
 
-def _episode_level_options(algo: Any) -> dict[str, Any]:
-    """GRPO's keys, which GiGPO's episode level shares."""
+def _baseline_options(algo: Any, batch: StepBatch) -> dict[str, Any]:
+    """What GRPO, RLOO and GiGPO's episode level share: the statistics' samples and scope, the penalty, the agents."""
     return dict(
-        norm=plain_value(algo.norm), episode_stats=plain_value(algo.episode_stats), invalid_penalty=algo.invalid_penalty
+        episode_stats=plain_value(algo.episode_stats),
+        norm_scope=plain_value(algo.norm_scope),
+        invalid_penalty=algo.invalid_penalty,
+        agent=batch.arrays()["agent"],
     )
 
 
+def _episode_level_options(algo: Any, batch: StepBatch) -> dict[str, Any]:
+    """GRPO's keys, which GiGPO's episode level shares."""
+    return dict(norm=plain_value(algo.norm), **_baseline_options(algo, batch))
+
+
 def _grpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
-    return grpo(*_row_columns(batch), **_episode_level_options(algo))
+    return grpo(*_row_columns(batch), **_episode_level_options(algo, batch))
 
 
 def _gigpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
@@ -216,14 +250,12 @@ def _gigpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None
         step_weight=g.step_weight,
         similarity=g.similarity,
         step_group=step_group,
-        **_episode_level_options(algo),
+        **_episode_level_options(algo, batch),
     )
 
 
 def _rloo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:
-    return rloo(
-        *_row_columns(batch), episode_stats=plain_value(algo.episode_stats), invalid_penalty=algo.invalid_penalty
-    )
+    return rloo(*_row_columns(batch), **_baseline_options(algo, batch))
 
 
 # `algo.estimator` -> (algo config, batch, GiGPO's step groups or None) -> one advantage per row

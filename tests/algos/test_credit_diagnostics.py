@@ -76,6 +76,19 @@ def test_the_levels_are_what_gigpo_adds():
     assert gigpo_levels([], [], [], [], [], []) is None
 
 
+def test_the_levels_of_a_team_keep_its_agents_apart():
+    """Agents reach both levels: A^E takes ``norm_scope``, and step groups are keyed by (group, agent, anchor)."""
+    columns = rows_of([(0, [("s", 0.0), ("s", 1.0)]), (0, [("s", 0.0), ("s", 0.0)])])
+    args = [columns[k] for k in ("group", "episode", "step", "reward", "valid", "anchor")]
+    team = dict(agent=["checker", "actor", "checker", "checker"], norm_scope="agent", gamma=0.9)
+    levels = gigpo_levels(*args, **team)
+    sizes = np.bincount(levels.step_group)[levels.step_group]
+    np.testing.assert_array_equal(sizes, [3, 1, 3, 3])  # the actor's turn at "s" is alone
+    np.testing.assert_array_equal(gigpo(*args, step_weight=0.7, **team), levels.episode + 0.7 * levels.step)
+    one_agent = gigpo_levels(*args, gamma=0.9)
+    assert one_agent.num_step_groups == 1 and not np.array_equal(one_agent.episode, levels.episode)
+
+
 def test_known_group_sizes_give_known_shares():
     # One group of 10 episodes: all start at "start" (a step group of 10), then 6 go to x, 3 to y, 1 to z.
     second = ["x"] * 6 + ["y"] * 3 + ["z"]

@@ -21,6 +21,7 @@ def make_batch(groups: dict[int, tuple[str, list[list[float]]]], first_episode: 
                     ("group", group),
                     ("episode", episode),
                     ("step", step),
+                    ("agent", "0"),
                     ("task_id", task),
                     ("reward", reward),
                     ("valid", True),

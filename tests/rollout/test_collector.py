@@ -111,3 +111,43 @@ def test_a_row_missing_a_column_is_refused_and_adds_nothing():
     with pytest.raises(ValueError, match="one value for each of"):
         batch.append(row)
     assert {len(getattr(batch, name)) for name in StepBatch.ROW_COLUMNS} == {1}
+
+
+def team_example() -> dict:
+    """docs/environments.md's team wrapper (the block that starts `# example: team.py`), executed."""
+    import re
+
+    from tests.conftest import REPO
+
+    text = (REPO / "docs" / "environments.md").read_text()
+    (code,) = re.findall(r"```python\n# example: team.py\n(.*?)```", text, re.S)
+    namespace: dict = {}
+    exec(compile(code, "team.py", "exec"), namespace)
+    return namespace
+
+
+def test_two_agents_in_one_step_take_two_turns_and_rows_name_their_agent():
+    inner = HouseholdSuite("easy")
+    suite = team_example()["AdvisedSuite"](inner)
+    tasks = [suite.task("train", i) for i in range(2)]
+    policy = CountingPolicy()
+    batch = collect(suite, tasks, 3, policy, PromptSpec("compact", 2), keep_transcripts=True)
+    assert sum(policy.calls) == len(batch)  # each turn is one model call
+    for e in batch.episodes:
+        rows = [i for i in range(len(batch)) if batch.episode[i] == e.episode]
+        agents = [batch.agent[i] for i in rows]
+        assert agents == ["adviser", "actor"] * (len(rows) // 2) + ["adviser"] * (len(rows) % 2)
+        assert all(batch.reward[i] == 0.0 for i in rows if batch.agent[i] == "adviser")  # the world did not move
+        assert all(batch.observation[i].startswith(f"You are the {batch.agent[i]}.") for i in rows)
+        assert all(batch.observation[i] in batch.prompt[i] for i in rows)  # the role reaches the model
+        assert e.won == (e.ret >= 10)
+    assert any(e.won for e in batch.episodes) and any(not e.won for e in batch.episodes)
+    # the actor saw the adviser's suggestion
+    actor_row = batch.agent.index("actor")
+    assert "The adviser suggests:" in batch.observation[actor_row]
+
+
+def test_a_single_agent_environment_labels_its_rows_0():
+    suite = HouseholdSuite("easy")
+    batch = collect(suite, [suite.task("train", 0)], 2, RandomPolicy(0), PromptSpec("compact", 2))
+    assert set(batch.agent) == {"0"} and len(batch.agent) == len(batch)

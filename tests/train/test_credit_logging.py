@@ -15,16 +15,17 @@ from agentrl.rollout.collector import StepBatch
 from agentrl.train.iteration import gigpo_step_groups, score_rollout, step_credit
 
 
-def make_batch(episodes: list[tuple[int, list[tuple[str, float]]]], first_episode: int = 0) -> StepBatch:
-    """(group, [(anchor, reward) per step]) per episode, every reply valid."""
+def make_batch(episodes: list[tuple[int, list[tuple]]], first_episode: int = 0) -> StepBatch:
+    """(group, [(anchor, reward[, agent]) per step]) per episode, every reply valid; the agent defaults to "0"."""
     batch = StepBatch()
     for episode, (group, steps) in enumerate(episodes, start=first_episode):
-        won = sum(r for _, r in steps) > 0
-        for step, (anchor, reward) in enumerate(steps):
+        won = sum(r for _, r, *_ in steps) > 0
+        for step, (anchor, reward, *agent) in enumerate(steps):
             for name, value in (
                 ("group", group),
                 ("episode", episode),
                 ("step", step),
+                ("agent", agent[0] if agent else "0"),
                 ("task_id", f"task{group}"),
                 ("reward", reward),
                 ("valid", True),
@@ -112,3 +113,28 @@ def test_replay_combination_reads_the_batch_after_injection():
 def test_an_empty_batch_logs_undefined_figures():
     metrics = score_rollout(cfg_for("gigpo"), StepBatch(), None, lambda items: items, 1).metrics
     assert all(math.isnan(v) for v in credit(metrics).values()) and credit(metrics)
+
+
+# One group played by a team at one state "s": a checker's turns and an actor's; only episode 0 is won.
+TEAM = [
+    (0, [("s", 0.0, "checker"), ("s", 10.0, "actor")]),
+    (0, [("s", 0.0, "checker"), ("s", 0.0, "checker")]),
+    (0, [("s", 0.0, "checker"), ("s", 0.0, "actor")]),
+]
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
+def test_a_teams_diagnostics_keep_its_agents_apart(estimator):
+    """Step groups are keyed by (task group, agent, anchor) and A^E takes `algo.norm_scope`, as GiGPO's are."""
+    team = score_rollout(cfg_for(estimator, norm_scope="agent"), make_batch(TEAM), None, lambda items: items, 1)
+    # The checker's 4 rows and the actor's 2 at "s" are two step groups, not one of 6.
+    assert team.metrics["credit/step_group_size_2_4_share"] == 1.0
+    assert team.metrics["credit/step_group_size_5_9_share"] == 0.0
+    # norm=none, agent scope: the checker's scores [10, 0, 0, 0] and the actor's [10, 0] give |A^E| of
+    # [7.5, 2.5, 2.5, 2.5] and [5, 5]; the global scope would give [6.67, 3.33 x 5] (mean 4.44).
+    assert team.metrics["credit/episode_advantage_abs_mean"] == pytest.approx(25 / 6)
+
+    one_agent = [(group, [(anchor, reward) for anchor, reward, _ in steps]) for group, steps in TEAM]
+    alone = score_rollout(cfg_for(estimator), make_batch(one_agent), None, lambda items: items, 1).metrics
+    assert alone["credit/step_group_size_5_9_share"] == 1.0
+    assert alone["credit/episode_advantage_abs_mean"] == pytest.approx(40 / 9)

@@ -32,6 +32,7 @@ def _batch() -> StepBatch:
         batch.group.append(group)
         batch.episode.append(episode)
         batch.step.append(step)
+        batch.agent.append("0")
         batch.reward.append(reward)
         batch.valid.append(valid)
         batch.anchor.append(anchor)
@@ -55,3 +56,37 @@ def test_each_entry_calls_its_estimator(estimator):
     out = compute_advantages(algo, batch, gigpo_step_groups(algo, batch))
     np.testing.assert_array_equal(out, expected)
     assert all(not np.array_equal(out, other) for other in others)  # the batch tells the three apart
+
+
+@pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
+def test_the_agent_scope_reads_the_rows_agents(estimator):
+    algo = OmegaConf.structured(AlgoConfig(estimator=Estimator(estimator)))
+    if estimator == "rloo":
+        algo.norm = "none"
+    batch = _batch()
+    batch.agent = ["checker", "actor", "checker", "checker", "checker", "actor"]
+    columns = (batch.group, batch.episode, batch.step, batch.reward, batch.valid)
+    scoped = dict(invalid_penalty=0.1, agent=batch.agent, norm_scope="agent")
+    expected = {
+        "grpo": lambda: grpo(*columns, norm=plain_value(algo.norm), **scoped),
+        "gigpo": lambda: gigpo(*columns, batch.anchor, gamma=0.95, step_weight=1.0, **scoped),
+        "rloo": lambda: rloo(*columns, **scoped),
+    }[estimator]()
+    agent_scope = OmegaConf.merge(algo, {"norm_scope": "agent"})
+    out = compute_advantages(agent_scope, batch, gigpo_step_groups(agent_scope, batch))
+    np.testing.assert_array_equal(out, expected)
+    assert not np.array_equal(out, compute_advantages(algo, batch, gigpo_step_groups(algo, batch)))
+
+
+def test_a_team_logs_each_agents_mean_advantage_and_one_agent_logs_nothing():
+    from agentrl.train.iteration import agent_advantage_metrics
+
+    advantages = np.array([1.0, 3.0, -2.0, 0.5])
+    assert agent_advantage_metrics(["0"] * 4, advantages) == {}
+    metrics = agent_advantage_metrics(["b", "a", "b", "b"], advantages)
+    assert metrics == {
+        "rollout/agent/a/advantage_mean": 3.0,
+        "rollout/agent/a/row_share": 0.25,
+        "rollout/agent/b/advantage_mean": -0.5 / 3,
+        "rollout/agent/b/row_share": 0.75,
+    }

@@ -1,0 +1,85 @@
+"""env=household_team: a checker, then an actor or a finisher; checker turns leave the world as it was."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.config import HouseholdTeamEnvConfig
+from agentrl.envs.household import HouseholdSuite, solve
+from agentrl.envs.household_team import HouseholdTeamSuite
+from agentrl.envs.registry import make_suite
+from agentrl.rollout.collector import PromptSpec, collect
+from agentrl.rollout.policies import RandomPolicy
+
+
+@pytest.fixture
+def suite():
+    return HouseholdTeamSuite("easy")
+
+
+def test_the_suite_is_householders_tasks_with_twice_the_turns(suite):
+    household = HouseholdSuite("easy")
+    assert suite.task("train", 3) == household.task("train", 3)
+    assert suite.max_steps == 2 * household.max_steps
+    assert HouseholdTeamSuite("easy", max_steps=7).max_steps == 7
+    assert isinstance(make_suite(OmegaConf.structured(HouseholdTeamEnvConfig(level="easy"))), HouseholdTeamSuite)
+
+
+def test_checker_then_actor_then_a_finisher_who_completes_the_goal_wins(suite):
+    task = suite.task("train", 0)
+    plan = solve(task)
+    env = suite.make_env()
+    obs = env.reset(task)
+    for action in plan[:-1]:
+        assert obs.agent == "checker" and obs.admissible_actions == ["continue", "finish"]
+        assert obs.text.startswith("You are the checker.")
+        state = env.world.state
+        step = env.step("continue")
+        assert env.world.state == state and step.reward == 0.0 and not step.done  # the world did not move
+        assert step.observation.agent == "actor" and action in step.observation.admissible_actions
+        step = env.step(action)
+        assert step.action_valid and not step.done
+        obs = step.observation
+    step = env.step("finish")
+    assert step.observation.agent == "finisher" and step.observation.text.startswith("You are the finisher.")
+    step = env.step(plan[-1])
+    assert step.won and step.done and step.reward == 10.0
+
+
+def test_a_finisher_whose_action_does_not_complete_the_goal_fails_the_episode(suite):
+    task = suite.task("train", 0)
+    assert len(solve(task)) > 1  # so no first action completes the goal
+    env = suite.make_env()
+    env.reset(task)
+    finisher = env.step("finish").observation
+    step = env.step(finisher.admissible_actions[0])
+    assert step.action_valid and step.done and not step.won and step.reward == 0.0
+
+
+def test_a_checker_reply_that_is_no_answer_is_invalid_and_leaves_the_turn_with_the_checker(suite):
+    env = suite.make_env()
+    env.reset(suite.task("train", 1))
+    step = env.step("go to fridge 1")
+    assert not step.action_valid and step.observation.agent == "checker" and "Nothing happens." in step.observation.text
+
+
+def test_the_turn_limit_ends_the_episode():
+    suite = HouseholdTeamSuite("easy", max_steps=3)
+    env = suite.make_env()
+    env.reset(suite.task("train", 2))
+    assert not env.step("continue").done
+    actor = env.step("look")
+    assert not actor.done
+    assert env.step("continue").done
+
+
+def test_rollouts_label_each_row_with_its_role(suite):
+    batch = collect(suite, [suite.task("train", i) for i in range(3)], 4, RandomPolicy(0), PromptSpec("alfworld", 2))
+    assert set(batch.agent) == {"checker", "actor", "finisher"}
+    for e in batch.episodes:
+        agents = [a for a, ep in zip(batch.agent, batch.episode) if ep == e.episode]
+        assert agents[0] == "checker"
+        assert all(a == "checker" or prev == "checker" for prev, a in zip(agents, agents[1:]))  # after a checker
+    rows = range(len(batch))
+    assert all(batch.prompt[i].count(f"You are the {batch.agent[i]}.") >= 1 for i in rows)
