@@ -67,9 +67,6 @@ def _source_fingerprint(env_name: str) -> str:
     return digest.hexdigest()
 
 
-# Worker processes that play the build's demonstrations and reply check (at least env.num_workers).
-BUILD_WORKERS = max(1, min(os.cpu_count() or 1, 4))
-
 # How environments are run, not what they show: these keys do not change the model that is built.
 RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_share")
 
@@ -107,48 +104,11 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
 def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int, doing: str):
     """About `turns` turns of `policy` on consecutive tasks of `split`, one episode each (episodes of
     max_steps), so that a slow engine is not played for hours. `doing` names it in the progress report."""
-    from agentrl.envs.workers import make_pool
-    from agentrl.progress import Phase
-    from agentrl.rollout.collector import PromptSpec, collect
+    from agentrl.rollout.demonstrations import play
 
     episodes = max(4, -(-turns // suite.max_steps))
     tasks = [suite.task(split, first_index + i) for i in range(episodes)]
-    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
-    limit = env_cfg.max_steps or suite.max_steps
-    # With an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step, up to seconds a reset) the play is engine
-    # time: worker processes run the episodes side by side. Outcomes come back in slot order, so the play is the
-    # same. The built-in household world steps in microseconds, where workers would only add start-up.
-    workers = env_cfg.num_workers if env_cfg.name == "household" else max(env_cfg.num_workers, BUILD_WORKERS)
-    with (
-        make_pool(suite.make_env, workers, env_cfg.step_timeout_s) as pool,
-        Phase(f"{doing} ({episodes} episodes in lockstep), turn", limit) as phase,
-    ):
-        # An engine with a process per episode (ScienceWorld's JVMs) says how many episodes may be live at once
-        # (`max_live_episodes`): the episodes are then played that many at a time, on the same slots.
-        live = getattr(suite, "max_live_episodes", None) or len(tasks)
-        batches = [
-            collect(
-                suite,
-                tasks[i : i + live],
-                1,
-                policy,
-                spec,
-                max_steps=env_cfg.max_steps,
-                pool=pool,
-                on_turn=phase.reach if i == 0 else None,  # the progress line follows the first batch
-            )
-            for i in range(0, len(tasks), live)
-        ]
-        return batches[0] if len(batches) == 1 else _Played(batches)
-
-
-class _Played:
-    """The rows and episodes of several collect() batches, as `_play`'s callers read them."""
-
-    def __init__(self, batches):
-        for name in ("prompt", "completion", "valid", "admissible"):
-            setattr(self, name, [value for batch in batches for value in getattr(batch, name)])
-        self.episodes = [episode for batch in batches for episode in batch.episodes]
+    return play(suite, env_cfg, policy, tasks, doing)
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):
