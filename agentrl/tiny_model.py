@@ -8,7 +8,8 @@ Recipe (docs/architecture.md, "The embedded default"):
 3. build a small Qwen2-architecture model from a config, random weights;
 4. warm it up with supervised steps on those (prompt, random admissible reply)
    pairs, so that it starts as a weak agent that emits valid actions rather than
-   as noise. RL must do the rest.
+   as noise. RL must do the rest. The steps are `agentrl sft`'s (agentrl/supervised.py,
+   TRL's SFTTrainer, the loss on the reply only): one way to warm-start any model.
 
 The cache key covers every build setting, the environment config, and a hash of
 the source that shapes the demonstration text (the environment's own modules and
@@ -26,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
 import time
 from pathlib import Path
@@ -36,7 +36,9 @@ from agentrl.cache import cache_root
 
 log = logging.getLogger(__name__)
 
-BUILD_VERSION = 3  # bump when the recipe changes, so old caches are not reused
+BUILD_VERSION = 4  # bump when the recipe changes, so old caches are not reused (4: the warm-up runs on SFTTrainer)
+# Prompt tokens a warm-up pair keeps (its end, as a rollout does): more than any tiny-model prompt has.
+PROMPT_BUDGET = 10_000
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -189,7 +191,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    losses = warm_up(model, tokenizer, pairs, tiny_cfg)
+    model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
     validity = valid_action_rate(model, tokenizer, suite, env_cfg, turns=max(1, tiny_cfg.demo_turns // 10))
 
     out_dir.mkdir(parents=True)
@@ -208,46 +210,20 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     log.info("tiny model ready: %s", report)
 
 
-def _encode_pair(tokenizer, prompt: str, reply: str) -> tuple[list[int], int]:
-    from agentrl.rollout.policies import chat_prompt_ids
+def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any):
+    """Supervised steps on (prompt, random admissible reply), the loss on the reply only: `agentrl sft`'s own
+    fine-tuning (agentrl/supervised.py), so that there is one way to warm-start. Returns (model, losses)."""
+    from agentrl.supervised import Schedule, fine_tune
 
-    prompt_ids = chat_prompt_ids(tokenizer, prompt, 10_000)
-    reply_ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return prompt_ids + reply_ids, len(prompt_ids)
-
-
-def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any) -> list[float]:
-    """Supervised steps on (prompt, random admissible reply); the loss covers the reply only."""
-    import torch
-
-    from agentrl.progress import Phase
-
-    if tiny_cfg.warmup_steps <= 0:
-        return []
-    encoded = [_encode_pair(tokenizer, p, r) for p, r in pairs]
-    rng = random.Random(tiny_cfg.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=tiny_cfg.warmup_lr)
-    model.train()
-    losses = []
-    with Phase("tiny model: warm-up step", tiny_cfg.warmup_steps) as phase:
-        for _ in range(tiny_cfg.warmup_steps):
-            batch = rng.sample(encoded, min(tiny_cfg.warmup_batch_size, len(encoded)))
-            width = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
-            labels = torch.full((len(batch), width), -100)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, (ids, prompt_len) in enumerate(batch):
-                input_ids[i, : len(ids)] = torch.tensor(ids)
-                labels[i, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
-                attention[i, : len(ids)] = 1
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-            phase.advance(note=f"loss {loss.item():.3f}")
-    return losses
+    schedule = Schedule(
+        steps=tiny_cfg.warmup_steps,
+        batch_size=tiny_cfg.warmup_batch_size,
+        learning_rate=tiny_cfg.warmup_lr,
+        seed=tiny_cfg.seed,
+        max_prompt_tokens=PROMPT_BUDGET,
+        weight_decay=0.01,  # torch's AdamW default, which the warm-up's own loop used before it ran on SFTTrainer
+    )
+    return fine_tune(model, tokenizer, pairs, schedule, doing="tiny model: warm-up")
 
 
 def valid_action_rate(model, tokenizer, suite, env_cfg: Any, turns: int = 400) -> dict[str, float]:
