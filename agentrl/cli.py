@@ -1,6 +1,6 @@
 """The `agentrl` command line.
 
-Thin by design: `train` and `eval` hand their extra arguments to Hydra's own
+Thin by design: `train`, `sft` and `eval` hand their extra arguments to Hydra's own
 entry point (agentrl/launch.py), so `-m`, `--cfg`, `hydra.*` overrides,
 sweepers and launchers behave as Hydra documents them. Heavy libraries (torch,
 transformers) are imported only inside the commands that need them.
@@ -42,6 +42,28 @@ def train(ctx: typer.Context) -> None:
 
     with user_errors():
         run_hydra("train", list(ctx.args), entry)
+
+
+@app.command(context_settings=_HYDRA_ARGS)
+def sft(ctx: typer.Context) -> None:
+    """Behaviour cloning: fine-tune a model on its environment's expert, then evaluate before and after.
+    Extra arguments are Hydra overrides (conf/sft.yaml; docs/sft.md).
+
+    \b
+    agentrl sft                                     # the tiny model on household's expert
+    agentrl sft model=qwen2.5-0.5b-instruct hardware=gpu sft.episodes=400
+    agentrl sft model.lora.enabled=true sft.learning_rate=1e-4    # a LoRA adapter, merged into the saved model
+    agentrl train model.path=outputs/sft/<date>/<time>/model      # RL from the warm start
+    """
+    from agentrl.launch import run_hydra
+
+    def entry(cfg):
+        from agentrl.sft import run_sft
+
+        return run_sft(cfg)
+
+    with user_errors():
+        run_hydra("sft", list(ctx.args), entry)
 
 
 @app.command(name="eval", context_settings=_HYDRA_ARGS)

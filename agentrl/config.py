@@ -458,6 +458,35 @@ class TrainConfig:
 
 
 @dataclass
+class SftConfig:
+    """`agentrl sft`: behaviour cloning from the environment's expert (docs/sft.md). The expert plays `episodes`
+    train tasks through RL's prompts; every turn of a won episode is one (prompt, action) pair; TRL's SFTTrainer
+    trains on the action tokens only."""
+
+    episodes: int = checked(200, Ge(1))  # expert episodes, one per train task, from task index first_task on
+    first_task: int = checked(0, Ge(0))  # the train split's index of the first task the expert plays
+    epochs: int = checked(2, Ge(1))  # passes over the expert's pairs (optimizer steps: ceil(pairs / batch_size) each)
+    batch_size: int = checked(16, Ge(1))  # pairs per optimizer step
+    # constant; a full fine-tune of a 0.1-1B instruct model takes about 1e-5, LoRA (model.lora.enabled) about 1e-4
+    learning_rate: float = checked(1e-5, Gt(0))
+    weight_decay: float = checked(0.0, Ge(0))
+    max_grad_norm: float = checked(1.0, Gt(0))
+    eval_before: bool = True  # also evaluate the model before fine-tuning (held-out, the protocol of `agentrl eval`)
+    # the model folder to write (new or empty): plain weights and tokenizer, a LoRA adapter merged in;
+    # None: <run folder>/model
+    output: str | None = checked(None, MinLen(1))
+
+
+@dataclass
+class SftRunConfig(TrainConfig):
+    """`agentrl sft`: the training config's groups (env, model, hardware; model=tiny's recipe composes as in
+    `agentrl train`) and the `sft` section. It reads env, model, hardware, rollout (the prompt budget and the
+    evaluation's reply length), eval (the held-out protocol) and sft; the RL keys (algo, trainer) are not read."""
+
+    sft: SftConfig = field(default_factory=SftConfig)
+
+
+@dataclass
 class EvalRunConfig:
     """`agentrl eval`: a checkpoint (or a baseline policy) on a split of an environment."""
 
@@ -478,6 +507,7 @@ def register_configs() -> None:
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)
     cs.store(name="eval_schema", node=EvalRunConfig)
+    cs.store(name="sft_schema", node=SftRunConfig)
     cs.store(group="env", name="household_schema", node=HouseholdEnvConfig)
     cs.store(group="env", name="household_team_schema", node=HouseholdTeamEnvConfig)
     cs.store(group="env", name="alfworld_schema", node=AlfworldEnvConfig)

@@ -64,9 +64,10 @@ class PeriodicEvaluator:
         self.sampling = eval_sampling(cfg.eval, cfg.rollout)
         self.prompt = PromptSpec(cfg.env.prompt_template, cfg.env.history_length)
 
-    def __call__(self, model, rank: int = 0, ranks: int = 1, gather=None) -> dict[str, float]:
+    def __call__(self, model, rank: int = 0, ranks: int = 1, gather=None, on_turn=None) -> dict[str, float]:
         """Held-out metrics. With several ranks each evaluates its share of the tasks, and `gather`
-        (a collective) brings every rank's episodes together, so that all ranks return the same numbers."""
+        (a collective) brings every rank's episodes together, so that all ranks return the same numbers.
+        `on_turn(turn, limit)` follows the rollout (a progress line)."""
         import torch
 
         from agentrl.ranks import rank_share
@@ -86,6 +87,7 @@ class PeriodicEvaluator:
                 self.prompt,
                 max_steps=self.cfg.env.max_steps,
                 pool=self.pool,
+                on_turn=on_turn,
             )
         episodes = batch.episodes if gather is None else gather(batch.episodes)
         return summarize(StepBatch(episodes=episodes), "eval")

@@ -8,7 +8,8 @@ Recipe (docs/architecture.md, "The embedded default"):
 3. build a small Qwen2-architecture model from a config, random weights;
 4. warm it up with supervised steps on those (prompt, random admissible reply)
    pairs, so that it starts as a weak agent that emits valid actions rather than
-   as noise. RL must do the rest.
+   as noise. RL must do the rest. The steps are `agentrl sft`'s (agentrl/supervised.py,
+   TRL's SFTTrainer, the loss on the reply only): one way to warm-start any model.
 
 The cache key covers every build setting, the environment config, and a hash of
 the source that shapes the demonstration text (the environment's own modules and
@@ -26,7 +27,6 @@ import hashlib
 import json
 import logging
 import os
-import random
 import shutil
 import time
 from pathlib import Path
@@ -36,7 +36,9 @@ from agentrl.cache import cache_root
 
 log = logging.getLogger(__name__)
 
-BUILD_VERSION = 3  # bump when the recipe changes, so old caches are not reused
+BUILD_VERSION = 4  # bump when the recipe changes, so old caches are not reused (4: the warm-up runs on SFTTrainer)
+# Prompt tokens a warm-up pair keeps (its end, as a rollout does): more than any tiny-model prompt has.
+PROMPT_BUDGET = 10_000
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -66,9 +68,6 @@ def _source_fingerprint(env_name: str) -> str:
     digest.update(json.dumps({k: versions.get(k) for k in ("alfworld", "textworld", "scienceworld")}).encode())
     return digest.hexdigest()
 
-
-# Worker processes that play the build's demonstrations and reply check (at least env.num_workers).
-BUILD_WORKERS = max(1, min(os.cpu_count() or 1, 4))
 
 # How environments are run, not what they show: these keys do not change the model that is built.
 RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_share")
@@ -107,50 +106,11 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
 def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int, doing: str):
     """About `turns` turns of `policy` on consecutive tasks of `split`, one episode each (episodes of
     max_steps), so that a slow engine is not played for hours. `doing` names it in the progress report."""
-    from agentrl.envs.workers import make_pool
-    from agentrl.progress import Phase
-    from agentrl.rollout.collector import PromptSpec, collect
+    from agentrl.rollout.demonstrations import play
 
     episodes = max(4, -(-turns // suite.max_steps))
     tasks = [suite.task(split, first_index + i) for i in range(episodes)]
-    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
-    limit = env_cfg.max_steps or suite.max_steps
-    # With an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step, up to seconds a reset) the play is engine
-    # time: worker processes run the episodes side by side. Outcomes come back in slot order, so the play is the
-    # same. The built-in household world (alone or played by a team) steps in microseconds, where workers would only
-    # add start-up.
-    pure_python = env_cfg.name in ("household", "household_team")
-    workers = env_cfg.num_workers if pure_python else max(env_cfg.num_workers, BUILD_WORKERS)
-    with (
-        make_pool(suite.make_env, workers, env_cfg.step_timeout_s) as pool,
-        Phase(f"{doing} ({episodes} episodes in lockstep), turn", limit) as phase,
-    ):
-        # An engine with a process per episode (ScienceWorld's JVMs) says how many episodes may be live at once
-        # (`max_live_episodes`): the episodes are then played that many at a time, on the same slots.
-        live = getattr(suite, "max_live_episodes", None) or len(tasks)
-        batches = [
-            collect(
-                suite,
-                tasks[i : i + live],
-                1,
-                policy,
-                spec,
-                max_steps=env_cfg.max_steps,
-                pool=pool,
-                on_turn=phase.reach if i == 0 else None,  # the progress line follows the first batch
-            )
-            for i in range(0, len(tasks), live)
-        ]
-        return batches[0] if len(batches) == 1 else _Played(batches)
-
-
-class _Played:
-    """The rows and episodes of several collect() batches, as `_play`'s callers read them."""
-
-    def __init__(self, batches):
-        for name in ("prompt", "completion", "valid", "admissible"):
-            setattr(self, name, [value for batch in batches for value in getattr(batch, name)])
-        self.episodes = [episode for batch in batches for episode in batch.episodes]
+    return play(suite, env_cfg, policy, tasks, doing)
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):
@@ -231,7 +191,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
-    losses = warm_up(model, tokenizer, pairs, tiny_cfg)
+    model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
     validity = valid_action_rate(model, tokenizer, suite, env_cfg, turns=max(1, tiny_cfg.demo_turns // 10))
 
     out_dir.mkdir(parents=True)
@@ -250,46 +210,20 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     log.info("tiny model ready: %s", report)
 
 
-def _encode_pair(tokenizer, prompt: str, reply: str) -> tuple[list[int], int]:
-    from agentrl.rollout.policies import chat_prompt_ids
+def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any):
+    """Supervised steps on (prompt, random admissible reply), the loss on the reply only: `agentrl sft`'s own
+    fine-tuning (agentrl/supervised.py), so that there is one way to warm-start. Returns (model, losses)."""
+    from agentrl.supervised import Schedule, fine_tune
 
-    prompt_ids = chat_prompt_ids(tokenizer, prompt, 10_000)
-    reply_ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-    return prompt_ids + reply_ids, len(prompt_ids)
-
-
-def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any) -> list[float]:
-    """Supervised steps on (prompt, random admissible reply); the loss covers the reply only."""
-    import torch
-
-    from agentrl.progress import Phase
-
-    if tiny_cfg.warmup_steps <= 0:
-        return []
-    encoded = [_encode_pair(tokenizer, p, r) for p, r in pairs]
-    rng = random.Random(tiny_cfg.seed)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=tiny_cfg.warmup_lr)
-    model.train()
-    losses = []
-    with Phase("tiny model: warm-up step", tiny_cfg.warmup_steps) as phase:
-        for _ in range(tiny_cfg.warmup_steps):
-            batch = rng.sample(encoded, min(tiny_cfg.warmup_batch_size, len(encoded)))
-            width = max(len(ids) for ids, _ in batch)
-            input_ids = torch.full((len(batch), width), tokenizer.pad_token_id)
-            labels = torch.full((len(batch), width), -100)
-            attention = torch.zeros((len(batch), width), dtype=torch.long)
-            for i, (ids, prompt_len) in enumerate(batch):
-                input_ids[i, : len(ids)] = torch.tensor(ids)
-                labels[i, prompt_len : len(ids)] = torch.tensor(ids[prompt_len:])
-                attention[i, : len(ids)] = 1
-            loss = model(input_ids=input_ids, attention_mask=attention, labels=labels).loss
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad()
-            losses.append(loss.item())
-            phase.advance(note=f"loss {loss.item():.3f}")
-    return losses
+    schedule = Schedule(
+        steps=tiny_cfg.warmup_steps,
+        batch_size=tiny_cfg.warmup_batch_size,
+        learning_rate=tiny_cfg.warmup_lr,
+        seed=tiny_cfg.seed,
+        max_prompt_tokens=PROMPT_BUDGET,
+        weight_decay=0.01,  # torch's AdamW default, which the warm-up's own loop used before it ran on SFTTrainer
+    )
+    return fine_tune(model, tokenizer, pairs, schedule, doing="tiny model: warm-up")
 
 
 def valid_action_rate(model, tokenizer, suite, env_cfg: Any, turns: int = 400) -> dict[str, float]:

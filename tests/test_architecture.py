@@ -23,9 +23,9 @@ LAYERS = [
     {"envs"},
     {"rollout"},
     {"config", "checks", "tracking", "registry_models"},
-    {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check"},
+    {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check", "supervised"},
     {"evaluate"},
-    {"train"},
+    {"train", "sft"},
     {"launch", "jobs", "report", "report_plot", "cli"},
 ]
 MAX_LINES = 400

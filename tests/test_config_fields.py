@@ -30,6 +30,7 @@ BASES = {
     "train": ("train", []),
     "train env=alfworld": ("train", ["env=alfworld"]),
     "eval": ("eval", []),
+    "sft": ("sft", []),  # its own keys only (sft.*): the rest is the training schema, walked above
 }
 EDGES = ["0", "-1", "1", "1e30", "100000000000000000000", "''", "abc", "null", "[1]", "1.5", "nan", "inf", "true"]
 
@@ -81,6 +82,8 @@ def _all_fields_static() -> list[tuple[str, str]]:
     out = []
     for base, (_, cfg) in composed.items():
         for key, _field in _leaves(cfg):
+            if base == "sft" and not key.startswith("sft."):
+                continue
             name = f"{base.split()[0]}:{key}"
             if name not in seen:
                 seen.add(name)
@@ -89,8 +92,8 @@ def _all_fields_static() -> list[tuple[str, str]]:
 
 
 def test_the_walk_covers_every_field_of_both_schemas(bases):
-    """Every field of TrainConfig and EvalRunConfig (and of each env schema and the tiny model) is walked."""
-    from agentrl.config import EvalRunConfig, TrainConfig
+    """Every field of TrainConfig, EvalRunConfig and SftConfig (and of each env schema and the tiny model) is walked."""
+    from agentrl.config import EvalRunConfig, SftConfig, TrainConfig
 
     walked = {key for base, key in _all_fields_static() if base.startswith("train")}
     schema_leaves = set()
@@ -108,6 +111,9 @@ def test_the_walk_covers_every_field_of_both_schemas(bases):
     schema_leaves.clear()
     leaves_of(EvalRunConfig)
     assert schema_leaves - {key for base, key in _all_fields_static() if base == "eval"} == set()
+    schema_leaves.clear()
+    leaves_of(SftConfig, "sft.")
+    assert schema_leaves - {key for base, key in _all_fields_static() if base == "sft"} == set()
     print(f"fields walked: {len(_all_fields_static())}")
 
 

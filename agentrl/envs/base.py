@@ -73,6 +73,11 @@ class TaskSuite(Protocol):
 
     ``task(split, index)`` is deterministic, so that a sampler position is all a
     checkpoint needs to continue the same task stream.
+
+    Optional, and so not a member of the Protocol (a suite without it still is one):
+    ``expert_plan(task) -> list[str]``, an expert's actions that win ``task`` when played in
+    order from its start state. ``agentrl sft`` plays them through the same prompts and
+    history as RL and clones them (docs/environments.md, "Experts"); ``has_expert`` tells whether a suite has one.
     """
 
     name: str
@@ -86,3 +91,11 @@ class TaskSuite(Protocol):
     def split_size(self, split: str) -> int | None: ...  # None: unbounded (procedural)
 
     def make_env(self) -> AgentEnv: ...
+
+
+EXPERT_PLAN = "expert_plan"
+
+
+def has_expert(suite: TaskSuite) -> bool:
+    """Whether the suite offers an expert (`expert_plan`, docs/environments.md)."""
+    return callable(getattr(suite, EXPERT_PLAN, None))

@@ -257,6 +257,10 @@ class HouseholdSuite:
                 )
             attempt += 1
 
+    def expert_plan(self, task: Task) -> list[str]:
+        """The expert `agentrl sft` imitates: the optimal plan on the true state (`solve`)."""
+        return solve(task)
+
     def _check_split(self, split: str) -> None:
         if split not in self.splits:
             raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(self.splits)}")

@@ -29,10 +29,13 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class Turn:
-    """What a policy sees for one active episode."""
+    """What a policy sees for one active episode; `task` and `step` (the turn's number in its episode) are for
+    policies that play a plan (the expert of `agentrl sft`), never shown to a model."""
 
     prompt: str
     observation: Observation
+    task: Task | None = None
+    step: int = 0
 
 
 @dataclass
@@ -253,7 +256,7 @@ def _turn(ep: _Episode, prompt: PromptSpec, t: int) -> Turn:
         history_length=prompt.history_length,
         actions_text=obs.actions_text,
     )
-    return Turn(prompt=text, observation=obs)
+    return Turn(prompt=text, observation=obs, task=ep.task, step=t)
 
 
 def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: Step | EnvFault, t: int) -> Row:

@@ -105,6 +105,24 @@ def test_the_example_is_a_working_suite():
     assert step.won and step.done and step.reward == 10.0 and step.action_valid
 
 
+def test_the_examples_expert_wins_its_tasks_through_the_collector():
+    """The example's optional expert: `agentrl sft`'s demonstrations, played through RL's prompts, win."""
+    from agentrl.envs.base import has_expert
+    from agentrl.rollout.collector import PromptSpec, collect
+    from agentrl.rollout.demonstrations import ExpertPolicy, won_pairs
+
+    namespace: dict = {}
+    exec(compile(example_files()["agentrl_lights/env.py"], "agentrl_lights/env.py", "exec"), namespace)
+    suite = namespace["LightsSuite"](lamps=4, max_steps=6)
+    assert has_expert(suite)
+    tasks = [suite.task("train", i) for i in range(6)]
+    batch = collect(suite, tasks, 1, ExpertPolicy(suite), PromptSpec("alfworld", 2))  # in process: exec'd classes
+    assert all(e.won for e in batch.episodes) and all(batch.admissible)
+    assert (
+        len(won_pairs(batch)) == len(batch) == sum(lamps.count(False) for lamps in (t.payload["lamps"] for t in tasks))
+    )
+
+
 @pytest.mark.slow
 def test_envs_lists_the_plugin_and_reports_the_broken_one_in_a_line(site, run_cli):
     result = run_cli("envs", env={**with_plugins(site), "COLUMNS": "250"})

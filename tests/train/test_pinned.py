@@ -5,8 +5,12 @@ This is the guard that a refactor changes nothing. The values were recorded on t
 TRL's (issue 12): the first two iterations are unchanged; the third differs because TRL 1.16 weights
 the KL term by the (differentiable) ratio by default, and verl does not, so the KL gradient of
 iteration 2 changed. Issue 13 re-recorded all of them: the tiny model changed (Qwen2's pre-tokenization,
-two heads of dimension 32 for vLLM's CPU kernels). A change that is meant to change training (a new tiny-model layout, a new loss
-detail) re-records them in the same commit, and says so.
+two heads of dimension 32 for vLLM's CPU kernels). Issue 26 re-recorded all of them once more: the tiny model's
+warm-up moved onto TRL's SFTTrainer (agentrl/supervised.py, `agentrl sft`'s mechanism), which draws its batches,
+initialises its optimizer and weights its loss by TRL's rules, so the warmed-up model the run starts from changed.
+Recorded with `scripts/pinned_drift.py`'s `run()` (the RUN and OVERRIDES below, seed 0, a fresh cache). A change
+that is meant to change training (a new tiny-model layout, a new loss detail) re-records them in the same commit,
+and says so.
 
 How close is close enough (issue "A fresh machine, again"; `python scripts/pinned_drift.py` measures both sides):
 - Arithmetic alone moves these numbers. On one AVX2 machine, torch's kernel choice (ATEN_CPU_CAPABILITY default
@@ -50,20 +54,20 @@ RUN = [
 # (train/loss, train/kl) per iteration, from `agentrl train <RUN> <OVERRIDES[name]>` with seed 0
 PINNED = {
     "grpo": [
-        (-0.0007972717867232859, 0.0),
-        (0.0015290438896045089, 0.010149159680408646),
-        (0.00121197325643152, 0.00935364382107534),
+        (-0.0030814630445092916, 0.0),
+        (0.0011307382956147194, 0.02032992872498186),
+        (0.0007450266275554895, 0.012478051906408265),
     ],
     "gigpo": [
-        (-0.0015945435734465718, 0.0),
-        (0.002602890832349658, 0.010154510693377758),
-        (0.0020879129879176617, 0.0124899745956669),
+        (-0.006162926089018583, 0.0),
+        (0.0012453652452677488, 0.020337641556936643),
+        (0.0034814008977264166, 0.021365482282454443),
     ],
     # verl-agent's schedule: 4 mini-batches of 32 rows, 2 epochs, 8 optimizer steps per iteration
     "gigpo-mini-batches": [
-        (-0.0010792735265567899, 0.019656412712954614),
-        (-0.0014836823102086782, 0.015060910456978034),
-        (-0.002895649988204241, 0.022673973396642885),
+        (-0.005115630570799112, 0.030264848526048216),
+        (-0.002875863341614604, 0.021807725014893906),
+        (0.002994784852489829, 0.027664229687406706),
     ],
 }
 OVERRIDES = {

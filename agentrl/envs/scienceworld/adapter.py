@@ -209,6 +209,15 @@ class ScienceWorldSuite:
     def make_env(self) -> ScienceWorldAgentEnv:
         return ScienceWorldAgentEnv(*self._env_args)
 
+    def expert_plan(self, task: Task) -> list[str]:
+        """The expert `agentrl sft` imitates: the engine's gold path for the task, under the run's simplifications.
+        Each call starts a JVM of its own for the path (a few seconds) and stops it."""
+        env = self.make_env()
+        try:
+            return env.gold_path(task)
+        finally:
+            env.close()
+
     def _check(self, split: str) -> None:
         if split not in self._pairs:
             raise ValueError(f"unknown scienceworld split {split!r}; valid splits: {', '.join(self.splits)}")

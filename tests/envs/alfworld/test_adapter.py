@@ -139,3 +139,17 @@ def test_a_short_gigpo_training_run_on_the_engine(games, run_cli, tmp_path):
     assert records[-1]["gigpo/step_group_singleton_share"] < 1.0
     info = json.loads((run_dir / "run.json").read_text())
     assert {"alfworld", "textworld"} <= set(info["packages"])  # engine versions are recorded
+
+
+def test_the_planner_expert_wins_through_the_collector_with_admissible_replies(suite):
+    """`agentrl sft`'s ALFWorld expert: the generator's verified walkthrough, played through RL's prompts."""
+    from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
+    from agentrl.rollout.parsing import parse_action
+
+    env_cfg = OmegaConf.structured(AlfworldEnvConfig(data_dir="unused"))
+    tasks = [suite.task("train", i) for i in range(suite.split_size("train"))]
+    batch = play(suite, env_cfg, ExpertPolicy(suite), tasks, "test")
+    assert all(e.won for e in batch.episodes)
+    assert all(batch.admissible) and all(batch.valid)
+    assert all(parse_action(reply).valid for reply in batch.completion)
+    assert len(won_pairs(batch)) == len(batch)

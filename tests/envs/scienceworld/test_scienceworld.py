@@ -203,3 +203,17 @@ def test_train_and_eval_through_the_cli(run_cli, tmp_path):
     metrics = json.loads((tmp_path / "random" / "eval.json").read_text())["metrics"]
     first = suite_of().task_types[:4]  # the first 4 tasks of the split: one of each of the first 4 task types
     assert all(f"eval/{name}/success" in metrics for name in first), sorted(metrics)
+
+
+def test_the_gold_path_expert_wins_through_the_collector_with_admissible_replies():
+    """`agentrl sft`'s ScienceWorld expert: the engine's gold path, played through RL's prompts."""
+    from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
+    from agentrl.rollout.parsing import parse_action
+
+    env_cfg = OmegaConf.structured(ScienceworldEnvConfig(tasks=[TASK]))
+    suite = make_suite(env_cfg)
+    tasks = [suite.task("train", i) for i in range(2)]
+    batch = play(suite, env_cfg, ExpertPolicy(suite), tasks, "test")
+    assert all(e.won for e in batch.episodes)
+    assert all(batch.admissible) and all(parse_action(reply).valid for reply in batch.completion)
+    assert len(won_pairs(batch)) == len(batch)

@@ -1,0 +1,107 @@
+"""Demonstrations: a policy played on an environment's tasks through the collector, as (prompt, reply) pairs.
+
+The same path as RL: `collect` builds every prompt with the run's template and history window, so a
+demonstration's prompt is exactly what the policy will be asked at that turn. Two players use it:
+
+- the tiny model's build, with a random admissible policy (agentrl/tiny_model.py);
+- `agentrl sft`, with the environment's expert (`ExpertPolicy`: the suite's optional `expert_plan`,
+  docs/environments.md), whose replies are in the format RL parses, `<action>X</action>`.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from agentrl.envs.base import EXPERT_PLAN, Task
+from agentrl.rollout.collector import PromptSpec, Reply, StepBatch, Turn, collect
+from agentrl.rollout.parsing import ACTION_CLOSE, ACTION_OPEN
+
+# Worker processes that play demonstrations on an engine (at least env.num_workers).
+BUILD_WORKERS = max(1, min(os.cpu_count() or 1, 4))
+
+
+def action_reply(action: str) -> str:
+    """An action as a reply RL parses (rollout/parsing.py): `<action>X</action>`, no think block."""
+    return f"{ACTION_OPEN}{action}{ACTION_CLOSE}"
+
+
+class ExpertPolicy:
+    """The environment's expert: for each episode, its task's `expert_plan` played in order, one action a turn.
+
+    A plan is asked of the suite once per task, when the task's first turn comes. A turn past the end of its
+    plan (an episode the plan did not win) replies `look`: such an episode is not won, and `won_pairs` drops it."""
+
+    def __init__(self, suite):
+        self.plan_of = getattr(suite, EXPERT_PLAN)
+        self.plans: dict[str, list[str]] = {}
+
+    def act(self, turns: list[Turn]) -> list[Reply]:
+        return [Reply(text=action_reply(self._action(turn.task, turn.step))) for turn in turns]
+
+    def _action(self, task: Task | None, step: int) -> str:
+        if task is None:
+            raise ValueError("the expert plays a plan: each turn must name its task (collector.Turn.task)")
+        plan = self.plans.get(task.task_id)
+        if plan is None:
+            plan = self.plans[task.task_id] = [str(action) for action in self.plan_of(task)]
+        return plan[step] if step < len(plan) else "look"
+
+
+def play(
+    suite,
+    env_cfg: Any,
+    policy,
+    tasks: list[Task],
+    doing: str,
+) -> StepBatch:
+    """One episode of `policy` on each task, in lockstep, with the run's prompt template and history window.
+    `doing` names the work in the progress report."""
+    from agentrl.envs.workers import make_pool
+    from agentrl.progress import Phase
+
+    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
+    limit = env_cfg.max_steps or suite.max_steps
+    # With an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step, up to seconds a reset) the play is engine
+    # time: worker processes run the episodes side by side. Outcomes come back in slot order, so the play is the
+    # same. The built-in household world (alone or played by a team) steps in microseconds, where workers would only
+    # add start-up.
+    pure_python = env_cfg.name in ("household", "household_team")
+    workers = env_cfg.num_workers if pure_python else max(env_cfg.num_workers, BUILD_WORKERS)
+    with (
+        make_pool(suite.make_env, workers, env_cfg.step_timeout_s) as pool,
+        Phase(f"{doing} ({len(tasks)} episodes in lockstep), turn", limit) as phase,
+    ):
+        # An engine with a process per episode (ScienceWorld's JVMs) says how many episodes may be live at once
+        # (`max_live_episodes`): the episodes are then played that many at a time, on the same slots.
+        live = getattr(suite, "max_live_episodes", None) or len(tasks)
+        batches = [
+            collect(
+                suite,
+                tasks[i : i + live],
+                1,
+                policy,
+                spec,
+                max_steps=env_cfg.max_steps,
+                pool=pool,
+                on_turn=phase.reach if i == 0 else None,  # the progress line follows the first batch
+            )
+            for i in range(0, len(tasks), live)
+        ]
+    return batches[0] if len(batches) == 1 else joined(batches)
+
+
+def joined(batches: list[StepBatch]) -> StepBatch:
+    """The rows and episodes of several collect() batches as one batch (episode ids stay each batch's own)."""
+    whole = StepBatch()
+    for batch in batches:
+        for name in StepBatch.ROW_COLUMNS:
+            getattr(whole, name).extend(getattr(batch, name))
+        whole.episodes.extend(batch.episodes)
+    return whole
+
+
+def won_pairs(batch: StepBatch) -> list[tuple[str, str]]:
+    """(prompt, reply) of every turn of a won episode: the expert's demonstrations (a plan that did not win,
+    or an episode whose environment broke, teaches nothing)."""
+    return [(p, c) for p, c, won in zip(batch.prompt, batch.completion, batch.won) if won]

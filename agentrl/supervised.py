@@ -1,0 +1,163 @@
+"""Supervised fine-tuning on (prompt, reply) pairs with TRL's `SFTTrainer`: the one way agentrl warm-starts a model.
+
+Two callers: `agentrl sft`, behaviour cloning from an environment's expert (agentrl/sft.py), and the tiny
+model's warm-up on random admissible play (agentrl/tiny_model.py).
+
+Each pair is tokenized as RL sees and produces it. The prompt is `chat_prompt_ids`: the model's chat template
+around one user turn with the generation prompt, cut to its last `max_prompt_tokens` ids as in a rollout. The
+reply is its own ids followed by the end-of-turn id that `HFPolicy` stops at. The pairs reach `SFTTrainer` in
+TRL's tokenized prompt-completion form (`input_ids` and `completion_mask`) with `completion_only_loss=True`, so
+the loss covers the reply tokens only. TRL's own tokenization of conversational prompt-completion pairs is not
+used, for two reasons. Its `max_length` cuts a sequence's end, which is the reply, where a rollout cuts the
+prompt's start. And it would train on the chat template's text after the end-of-turn token ("\\n" in ChatML),
+which generation never produces.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+IGNORED = -100  # the label of a token outside the loss (transformers' and TRL's convention)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How long and how fast: optimizer steps of `batch_size` pairs at a constant learning rate."""
+
+    steps: int
+    batch_size: int
+    learning_rate: float
+    seed: int
+    max_prompt_tokens: int
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+
+
+def pair_ids(tokenizer, prompt: str, reply: str, max_prompt_tokens: int) -> tuple[list[int], list[int]]:
+    """(input ids, completion mask) of one pair: 0 over the prompt's ids, 1 over the reply's and its end token."""
+    from agentrl.rollout.policies import chat_prompt_ids
+
+    prompt_ids = chat_prompt_ids(tokenizer, prompt, max_prompt_tokens)
+    reply_ids = tokenizer(reply, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+    return prompt_ids + reply_ids, [0] * len(prompt_ids) + [1] * len(reply_ids)
+
+
+def pair_dataset(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int):
+    """The pairs as a `datasets.Dataset` in TRL's tokenized prompt-completion form."""
+    from datasets import Dataset
+
+    encoded = [pair_ids(tokenizer, prompt, reply, max_prompt_tokens) for prompt, reply in pairs]
+    return Dataset.from_dict({"input_ids": [ids for ids, _ in encoded], "completion_mask": [m for _, m in encoded]})
+
+
+def sft_config(schedule: Schedule, output_dir: str, device: str = "cpu", precision: str = "fp32"):
+    """TRL's `SFTConfig` for a schedule; every value that differs from TRL's default says why."""
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=output_dir,
+        max_steps=schedule.steps,
+        per_device_train_batch_size=schedule.batch_size,
+        gradient_accumulation_steps=1,
+        learning_rate=schedule.learning_rate,
+        lr_scheduler_type="constant",  # as RL's schedule (train/trl_config.py): one learning rate to reason about
+        warmup_steps=0,
+        weight_decay=schedule.weight_decay,
+        max_grad_norm=schedule.max_grad_norm,
+        seed=schedule.seed,
+        completion_only_loss=True,  # the loss covers the reply (the action) only
+        max_length=None,  # already cut, at the prompt's start (pair_ids)
+        packing=False,
+        gradient_checkpointing=False,  # TRL's default is on; these sequences are short, the memory not needed
+        use_cpu=device == "cpu",
+        bf16=precision == "bf16",  # TRL's default is bf16 on; on CPU agentrl trains in fp32
+        fp16=precision == "fp16",
+        logging_steps=1,  # every step's loss reaches the progress line and the returned losses
+        save_strategy="no",  # the caller saves the model it gets back
+        report_to="none",
+        disable_tqdm=True,  # agentrl's own progress (progress.Phase)
+        dataloader_num_workers=0,
+    )
+
+
+def sft_trainer(
+    model,
+    tokenizer,
+    pairs,
+    schedule: Schedule,
+    output_dir: str,
+    *,
+    device="cpu",
+    precision="fp32",
+    peft_config=None,
+    callbacks=(),
+):
+    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs."""
+    import datasets
+    from transformers import PrinterCallback
+    from trl import SFTTrainer
+
+    datasets.disable_progress_bars()  # TRL's label-building pass would draw one bar per call
+    trainer = SFTTrainer(
+        model=model,
+        args=sft_config(schedule, output_dir, device, precision),
+        train_dataset=pair_dataset(tokenizer, pairs, schedule.max_prompt_tokens),
+        processing_class=tokenizer,
+        peft_config=peft_config,
+        callbacks=list(callbacks),
+    )
+    trainer.remove_callback(PrinterCallback)  # transformers prints every log dict when there is no progress bar
+    return trainer
+
+
+def fine_tune(
+    model,
+    tokenizer,
+    pairs: Sequence[tuple[str, str]],
+    schedule: Schedule,
+    *,
+    device: str = "cpu",
+    precision: str = "fp32",
+    peft_config=None,
+    doing: str = "supervised fine-tuning",
+):
+    """Train `model` on the pairs' replies for `schedule.steps` steps; returns (the model, each step's loss).
+
+    With a `peft_config` TRL trains a LoRA adapter, which is merged into the returned model, so that it saves
+    and loads as plain weights."""
+    from transformers import TrainerCallback
+
+    from agentrl.progress import Phase
+
+    losses: list[float] = []
+    if schedule.steps <= 0 or not pairs:
+        return model, losses
+    was_padding_side = tokenizer.padding_side
+    with tempfile.TemporaryDirectory() as scratch, Phase(f"{doing}: step", schedule.steps) as phase:
+
+        class Progress(TrainerCallback):
+            def on_log(self, args, state, control, logs=None, **kwargs):
+                if logs and "loss" in logs:
+                    losses.append(float(logs["loss"]))
+                    phase.advance(note=f"loss {logs['loss']:.3f}")
+
+        trainer = sft_trainer(
+            model,
+            tokenizer,
+            pairs,
+            schedule,
+            scratch,
+            device=device,
+            precision=precision,
+            peft_config=peft_config,
+            callbacks=[Progress()],
+        )
+        trainer.train()
+        trained = trainer.model
+    tokenizer.padding_side = was_padding_side  # generation pads on the left (models.load_tokenizer)
+    if peft_config is not None:
+        trained = trained.merge_and_unload()
+    trained.eval()
+    return trained, losses
