@@ -45,8 +45,8 @@ def run_sft(cfg: Any) -> float:
     require_expert(suite, cfg.env.name)
     evaluation_split(cfg.eval, suite)  # a wrong split fails now, not after the demonstrations
     record_run(folder, cfg)
+    pairs, expert = expert_demonstrations(suite, cfg)  # first: an expert that wins nothing fails before a model loads
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
-    pairs, expert = expert_demonstrations(suite, cfg)
     metrics = {"pairs": len(pairs), **expert}
     held_out = _evaluator(cfg, suite, tokenizer)
     before = held_out(model) if cfg.sft.eval_before else {}

@@ -40,6 +40,29 @@ def test_an_environment_without_an_expert_is_one_line():
         require_expert(NoExpert(), "lights")
 
 
+def test_an_expert_that_wins_nothing_is_one_line():
+    from omegaconf import OmegaConf
+
+    from agentrl.config import HouseholdEnvConfig, SftConfig
+    from agentrl.envs.household import HouseholdSuite
+    from agentrl.sft import expert_demonstrations
+
+    class Lost(HouseholdSuite):
+        def expert_plan(self, task):
+            return []
+
+    cfg = OmegaConf.create(
+        {
+            "env": OmegaConf.structured(HouseholdEnvConfig(level="easy", prompt_template="compact")),
+            "sft": OmegaConf.structured(SftConfig(episodes=3)),
+        }
+    )
+    pairs, expert = expert_demonstrations(HouseholdSuite(level="easy"), cfg)
+    assert expert == {"expert_episodes": 3, "expert_success": 1.0} and len(pairs) >= 3
+    with pytest.raises(UserError, match="won none of its 3 episodes"):
+        expert_demonstrations(Lost(level="easy"), cfg)
+
+
 @pytest.mark.parametrize(
     "override,message",
     [
