@@ -34,6 +34,7 @@ SMALL = [
 
 
 def _train(cache_dir: Path, run_dir: Path, *extra: str, hook: bool = False):
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
     env = {"PYTHONPATH": f"{HOOK}:{REPO}"} if hook else None
     result = agentrl_cli(
         cache_dir, run_dir.parent, "train", *SMALL, *extra, f"hydra.run.dir={run_dir}", timeout=900, env=env
