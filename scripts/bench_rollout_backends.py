@@ -112,7 +112,7 @@ def worker(args) -> None:
         f"trainer.tasks_per_iteration={args.tasks}",
         f"trainer.group_size={args.group_size}",
         "trainer.eval_every=0",
-        "trainer.save_every=0",
+        "trainer.save_every=1000",  # no checkpoint inside the timed iterations (the last one always saves)
         "eval.num_tasks=1",  # the final held-out evaluation is not part of the comparison
         "logger=none",
         "logger.progress=false",
