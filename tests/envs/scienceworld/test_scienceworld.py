@@ -215,5 +215,9 @@ def test_the_gold_path_expert_wins_through_the_collector_with_admissible_replies
     tasks = [suite.task("train", i) for i in range(2)]
     batch = play(suite, env_cfg, ExpertPolicy(suite), tasks, "test")
     assert all(e.won for e in batch.episodes)
-    assert all(batch.admissible) and all(parse_action(reply).valid for reply in batch.completion)
+    # every reply parses, and the engine took every action (no invalid step). Not `batch.admissible`: that is
+    # membership in the engine's listed valid actions, which leaves out gold-path actions it accepts (measured:
+    # several of the 22 turns here, in episodes that were won)
+    assert all(parse_action(reply).valid for reply in batch.completion)
+    assert all(e.invalid == 0 for e in batch.episodes)
     assert len(won_pairs(batch)) == len(batch)
