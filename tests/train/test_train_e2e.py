@@ -54,7 +54,8 @@ def test_metrics_are_written_per_iteration(trained_run):
 
 def test_every_parameter_changed(trained_run, cache_dir):
     run_dir, _ = trained_run
-    [start] = list((Path(cache_dir) / "tiny").glob("household-*"))
+    # the session's household model (the cache also holds other environments', household_team's among them)
+    [start] = [p for p in (Path(cache_dir) / "tiny").glob("household-*") if p.name.rsplit("-", 1)[0] == "household"]
     before = load_file(str(start / "model.safetensors"))
     after = load_file(str(run_dir / "checkpoints" / "last" / "model.safetensors"))
     assert before.keys() == after.keys()
