@@ -17,20 +17,11 @@ import torch
 from safetensors.torch import load_file
 
 from tests.conftest import REPO, agentrl_cli
+from tests.train.test_ddp import SMALL  # the same two-rank run as the DDP tests (KL reference on: sharded too)
 
 pytestmark = pytest.mark.slow
 
 HOOK = REPO / "tests" / "train" / "fsdp_on_cpu"
-SMALL = [
-    "+debug=fast",
-    "trainer.iterations=2",
-    "trainer.save_every=2",
-    "trainer.tasks_per_iteration=4",
-    "trainer.group_size=2",
-    "eval.num_tasks=4",
-    "algo.kl_coef=0.01",  # the reference model is sharded too
-    "seed=3",
-]
 
 
 def _train(cache_dir: Path, run_dir: Path, *extra: str, hook: bool = False):
