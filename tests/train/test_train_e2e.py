@@ -54,8 +54,15 @@ def test_metrics_are_written_per_iteration(trained_run):
 
 def test_every_parameter_changed(trained_run, cache_dir):
     run_dir, _ = trained_run
-    # the session's household model (the cache also holds other environments', household_team's among them)
-    [start] = [p for p in (Path(cache_dir) / "tiny").glob("household-*") if p.name.rsplit("-", 1)[0] == "household"]
+    # the model this run started from: the session cache holds other tiny models too (other environments',
+    # other levels' and sizes'), so it is found by the run's own config, as the run found it
+    from omegaconf import OmegaConf
+
+    from agentrl.tiny_model import cache_key
+
+    cfg = OmegaConf.load(run_dir / "config.yaml")
+    start = Path(cache_dir) / "tiny" / f"{cfg.env.name}-{cache_key(cfg.model.tiny, cfg.env)}"
+    assert (start / "warmup.json").is_file(), start
     before = load_file(str(start / "model.safetensors"))
     after = load_file(str(run_dir / "checkpoints" / "last" / "model.safetensors"))
     assert before.keys() == after.keys()
