@@ -1,0 +1,91 @@
+"""The statistics of a seed study: held-out success read off runs' metric logs, compared between arms.
+
+An *arm* is one configuration (an estimator) trained with several seeds. These pure functions take the
+records of `metrics.jsonl` (agentrl.metrics_log.read_records) and give:
+
+- ``timed_curve`` / ``success_at``: held-out success at a fixed training time (rollout + update seconds,
+  evaluation time left out), so that arms that spend different time per iteration compare at equal cost;
+- ``success_at_iteration``: the held-out success logged at an iteration;
+- ``bootstrap_difference``: a percentile bootstrap interval of the difference of two arms' mean success,
+  resampling each arm's seeds independently (seeds are the unit of replication);
+- ``credit_means``: a run's step-credit diagnostics (``credit/*``), averaged over its iterations.
+
+scripts/compare_algorithms.py runs a study and prints these; tests/test_study.py checks them on hand-built logs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SUCCESS = "eval/success"
+
+
+def evaluations(records: list[dict[str, Any]]) -> list[tuple[int, float]]:
+    """(iteration, held-out success) of every evaluation in a run's records, in order."""
+    return [(int(r["iteration"]), float(r[SUCCESS])) for r in records if r.get(SUCCESS) is not None]
+
+
+def timed_curve(records: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(cumulative training seconds, held-out success) at each evaluation; evaluation time is not counted."""
+    seconds, curve = 0.0, []
+    for r in records:
+        seconds += r.get("time/iteration_s") or 0.0
+        if r.get(SUCCESS) is not None:
+            curve.append((round(seconds, 1), float(r[SUCCESS])))
+    return curve
+
+
+def success_at(curve: list[tuple[float, float]], seconds: float) -> float | None:
+    """The held-out success of the last evaluation at or before `seconds` of training (None: the run ended earlier)."""
+    if not curve or curve[-1][0] < seconds:
+        return None
+    return [success for t, success in curve if t <= seconds][-1]
+
+
+def success_at_iteration(records: list[dict[str, Any]], iteration: int) -> float | None:
+    """The held-out success evaluated at `iteration` (None: not evaluated there)."""
+    return dict(evaluations(records)).get(iteration)
+
+
+def iterations_to(records: list[dict[str, Any]], threshold: float) -> int | None:
+    """The first evaluated iteration whose held-out success is at or above `threshold` (None: never)."""
+    return next((it for it, success in evaluations(records) if success >= threshold), None)
+
+
+def credit_means(records: list[dict[str, Any]]) -> dict[str, float]:
+    """Each `credit/*` diagnostic averaged over the iterations that logged a value (null ones are skipped)."""
+    values: dict[str, list[float]] = {}
+    for r in records:
+        for key, value in r.items():
+            if key.startswith("credit/") and value is not None and np.isfinite(value):
+                values.setdefault(key.removeprefix("credit/"), []).append(float(value))
+    return {key: float(np.mean(v)) for key, v in values.items()}
+
+
+def bootstrap_difference(
+    treated: list[float], control: list[float], resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> tuple[float, float, float]:
+    """mean(treated) - mean(control), with a percentile bootstrap interval at `confidence`.
+
+    Each resample draws len(treated) seeds of `treated` and len(control) of `control` with replacement,
+    independently; the interval is the (1-c)/2 and (1+c)/2 quantiles of the resampled differences.
+    """
+    a, b = np.asarray(treated, dtype=float), np.asarray(control, dtype=float)
+    if a.size < 2 or b.size < 2:
+        raise ValueError("a bootstrap interval needs at least 2 seeds per arm")
+    rng = np.random.default_rng(seed)
+    diffs = rng.choice(a, (resamples, a.size)).mean(axis=1) - rng.choice(b, (resamples, b.size)).mean(axis=1)
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(diffs, [tail, 1 - tail])
+    return float(a.mean() - b.mean()), float(low), float(high)
+
+
+def verdict(low: float, high: float) -> str:
+    """What a difference interval says: which arm is better, or that they do not separate."""
+    if low > 0:
+        return "better"
+    if high < 0:
+        return "worse"
+    return "no separation"
