@@ -122,8 +122,16 @@ def plan(args: argparse.Namespace) -> list[dict]:
                     f"hydra.run.dir={run_dir}",
                     *args.overrides,
                 )
-                jobs.append({"level": level, "arm": arm, "seed": seed, "dir": run_dir, "iterations": iterations,
-                             "command": command})
+                jobs.append(
+                    {
+                        "level": level,
+                        "arm": arm,
+                        "seed": seed,
+                        "dir": run_dir,
+                        "iterations": iterations,
+                        "command": command,
+                    }
+                )
     return jobs
 
 
@@ -203,8 +211,10 @@ def summarise_level(level: str, arms: dict[str, dict[int, list[dict]]], baseline
             if None not in figures["at_seconds"][t] + control["at_seconds"][t]:
                 comparisons[f"at {t} s"] = (figures["at_seconds"][t], control["at_seconds"][t])
             figures["against_" + baseline] = {
-                name: dict(zip(("difference", "low", "high"), (d := study.bootstrap_difference(a, b))),
-                           verdict=study.verdict(d[1], d[2]))
+                name: dict(
+                    zip(("difference", "low", "high"), (d := study.bootstrap_difference(a, b))),
+                    verdict=study.verdict(d[1], d[2]),
+                )
                 for name, (a, b) in comparisons.items()
             }
     return summary
@@ -212,8 +222,12 @@ def summarise_level(level: str, arms: dict[str, dict[int, list[dict]]], baseline
 
 def markdown(summary: dict, baseline: str, threshold: float) -> str:
     arms = summary["arms"]
-    head = (["arm"] + [f"it {it}" for it in summary["iterations"]] + [f"{t} s" for t in summary["seconds"]]
-            + [f"iters to ≥ {threshold:g}", "s/iter"])
+    head = (
+        ["arm"]
+        + [f"it {it}" for it in summary["iterations"]]
+        + [f"{t} s" for t in summary["seconds"]]
+        + [f"iters to ≥ {threshold:g}", "s/iter"]
+    )
     lines = [
         f"### household `{summary['level']}`: held-out success, mean ± std over seeds {summary['seeds']}",
         "",
@@ -222,20 +236,39 @@ def markdown(summary: dict, baseline: str, threshold: float) -> str:
     ]
     for arm, f in arms.items():
         reached = [x for x in f["to_threshold"] if x is not None]
-        to = f"{np.mean(reached):.0f} ({len(reached)}/{len(f['to_threshold'])})" if reached else f"never (0/{len(f['to_threshold'])})"
-        cells = ([fmt(f["at_iteration"][it]) for it in summary["iterations"]]
-                 + [fmt(f["at_seconds"][t]) for t in summary["seconds"]] + [to, f"{f['seconds_per_iteration']:.2f}"])
+        to = (
+            f"{np.mean(reached):.0f} ({len(reached)}/{len(f['to_threshold'])})"
+            if reached
+            else f"never (0/{len(f['to_threshold'])})"
+        )
+        cells = (
+            [fmt(f["at_iteration"][it]) for it in summary["iterations"]]
+            + [fmt(f["at_seconds"][t]) for t in summary["seconds"]]
+            + [to, f"{f['seconds_per_iteration']:.2f}"]
+        )
         lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     comparisons = [(arm, name, c) for arm, f in arms.items() for name, c in f.get("against_" + baseline, {}).items()]
     if comparisons:
-        lines += ["", f"| against {baseline} | difference of means | 95 % bootstrap interval | verdict |", "|---|---|---|---|"]
+        lines += [
+            "",
+            f"| against {baseline} | difference of means | 95 % bootstrap interval | verdict |",
+            "|---|---|---|---|",
+        ]
         for arm, name, c in comparisons:
-            lines.append(f"| {arm}, {name} | {c['difference']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] | {c['verdict']} |")
-    lines += ["", "| step credit (mean over iterations and seeds) | " + " | ".join(label for _, label in CREDIT_SHOWN) + " |",
-              "|" + "---|" * (len(CREDIT_SHOWN) + 1)]
+            lines.append(
+                f"| {arm}, {name} | {c['difference']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] | {c['verdict']} |"
+            )
+    lines += [
+        "",
+        "| step credit (mean over iterations and seeds) | " + " | ".join(label for _, label in CREDIT_SHOWN) + " |",
+        "|" + "---|" * (len(CREDIT_SHOWN) + 1),
+    ]
     for arm, f in arms.items():
-        lines.append(f"| {arm} | " + " | ".join(
-            f"{f['credit'][k]:.2f}" if k in f["credit"] else "-" for k, _ in CREDIT_SHOWN) + " |")
+        lines.append(
+            f"| {arm} | "
+            + " | ".join(f"{f['credit'][k]:.2f}" if k in f["credit"] else "-" for k, _ in CREDIT_SHOWN)
+            + " |"
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -250,8 +283,9 @@ def report(args: argparse.Namespace) -> None:
         summaries.append(summary)
         texts.append(markdown(summary, args.baseline, args.threshold))
         print(texts[-1], flush=True)
-        subprocess.run(agentrl_command("report", str(args.out / level), "--threshold", str(args.threshold)),
-                       capture_output=True)
+        subprocess.run(
+            agentrl_command("report", str(args.out / level), "--threshold", str(args.threshold)), capture_output=True
+        )
     if summaries:
         (args.out / "study.md").write_text("\n".join(texts))
         (args.out / "study.json").write_text(json.dumps(summaries, indent=1, default=str))

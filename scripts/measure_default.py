@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from agentrl import metrics_log
+from agentrl.study import success_at, timed_curve
 
 
 def train(seed: int, out: Path, overrides: list[str]) -> dict:
@@ -60,23 +61,6 @@ def train(seed: int, out: Path, overrides: list[str]) -> dict:
         "iterations": records[-1]["iteration"],
         "mean_iteration_s": float(np.mean([r["time/iteration_s"] for r in records if "time/iteration_s" in r])),
     }
-
-
-def timed_curve(records: list[dict]) -> list[tuple[float, float]]:
-    """(cumulative training seconds, held-out success) at each evaluation; evaluation time is not counted."""
-    seconds, curve = 0.0, []
-    for r in records:
-        seconds += r.get("time/iteration_s", 0.0)
-        if "eval/success" in r:
-            curve.append((round(seconds, 1), r["eval/success"]))
-    return curve
-
-
-def success_at(curve: list[tuple[float, float]], seconds: float) -> float | None:
-    """The held-out success of the last evaluation at or before `seconds` of training (None: none that late)."""
-    if not curve or curve[-1][0] < seconds:
-        return None
-    return [success for t, success in curve if t <= seconds][-1]
 
 
 def random_baseline(overrides: list[str], out: Path) -> float:

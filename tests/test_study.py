@@ -1,0 +1,67 @@
+"""The seed study's statistics (agentrl/study.py) on hand-built metric logs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from agentrl import study
+
+
+def log(successes: dict[int, float], seconds_per_iteration: float = 2.0, credit: float | None = 0.5) -> list[dict]:
+    """Records of a run that evaluated at the keys of `successes` (iteration 0 has no training time)."""
+    records = []
+    for it in range(max(successes) + 1):
+        r = {"iteration": it}
+        if it:
+            r["time/iteration_s"] = seconds_per_iteration
+            r["credit/step_advantage_nonzero_share"] = credit
+        if it in successes:
+            r["eval/success"] = successes[it]
+        records.append(r)
+    return records
+
+
+def test_success_at_fixed_iterations_and_training_time():
+    records = log({0: 0.1, 2: 0.3, 4: 0.5})
+    assert study.evaluations(records) == [(0, 0.1), (2, 0.3), (4, 0.5)]
+    assert study.success_at_iteration(records, 2) == 0.3
+    assert study.success_at_iteration(records, 3) is None
+    curve = study.timed_curve(records)
+    assert curve == [(0.0, 0.1), (4.0, 0.3), (8.0, 0.5)]
+    assert study.success_at(curve, 5.0) == 0.3  # the last evaluation at or before 5 s
+    assert study.success_at(curve, 8.0) == 0.5
+    assert study.success_at(curve, 9.0) is None  # the run stopped training before 9 s
+    assert study.iterations_to(records, 0.3) == 2
+    assert study.iterations_to(records, 0.6) is None
+
+
+def test_credit_means_skip_null_values():
+    records = log({0: 0.0, 3: 0.2}, credit=0.5)
+    records[2]["credit/step_advantage_nonzero_share"] = None  # undefined at an iteration: left out, not zero
+    records[3]["credit/step_advantage_nonzero_share"] = 0.8
+    assert study.credit_means(records) == {"step_advantage_nonzero_share": pytest.approx(0.65)}
+
+
+def test_bootstrap_difference_brackets_the_difference_and_separates_only_clear_cases():
+    diff, low, high = study.bootstrap_difference([0.5, 0.6, 0.55, 0.5, 0.6], [0.2, 0.25, 0.3, 0.2, 0.25])
+    assert diff == pytest.approx(0.31)
+    assert 0 < low <= diff <= high
+    assert study.verdict(low, high) == "better"
+    diff, low, high = study.bootstrap_difference([0.1, 0.5, 0.3], [0.2, 0.4, 0.3])
+    assert low < 0 < high and study.verdict(low, high) == "no separation"
+    assert study.verdict(-0.3, -0.1) == "worse"
+
+
+def test_bootstrap_interval_matches_a_direct_resampling():
+    a, b = [0.2, 0.4, 0.9, 0.5], [0.1, 0.3, 0.2]
+    _, low, high = study.bootstrap_difference(a, b, resamples=20_000, seed=3)
+    rng = np.random.default_rng(11)
+    diffs = [rng.choice(a, 4).mean() - rng.choice(b, 3).mean() for _ in range(20_000)]
+    assert low == pytest.approx(np.quantile(diffs, 0.025), abs=0.02)
+    assert high == pytest.approx(np.quantile(diffs, 0.975), abs=0.02)
+
+
+def test_bootstrap_needs_two_seeds_per_arm():
+    with pytest.raises(ValueError, match="at least 2 seeds"):
+        study.bootstrap_difference([0.5], [0.1, 0.2])
