@@ -220,7 +220,7 @@ def report(
 
     from rich.console import Console
 
-    from agentrl.report import build_report, failed_lines, render_table, write_report_json
+    from agentrl.report import build_report, failed_lines, render_agent_table, render_table, write_report_json
     from agentrl.report_plot import plot_curves
 
     with user_errors():
@@ -232,6 +232,8 @@ def report(
         if not console.is_terminal and "COLUMNS" not in os.environ:  # piped into notes: do not squeeze to 80
             console = Console(width=160)
         console.print(render_table(result))
+        if (by_agent := render_agent_table(result)) is not None:
+            console.print(by_agent)
         for line in failed_lines(result):
             typer.echo(line)
         typer.echo(f"numbers: {summary}")

@@ -276,6 +276,15 @@ def _print_table(metrics: dict[str, float]) -> None:
         table.add_row(key.split("/")[1], f"{metrics[key]:.3f}")
     console = Console()
     console.print(table)
+    agents = sorted({k.split("/")[2] for k in metrics if k.startswith("eval/agent/")})
+    if agents:  # a team: who fails, and whose replies do not parse
+        by_agent = Table(title="by agent")
+        for column in ("agent", "success of its episodes", "invalid rate", "share of turns"):
+            by_agent.add_column(column, justify="left" if column == "agent" else "right")
+        for agent in agents:
+            figures = (metrics[f"eval/agent/{agent}/{m}"] for m in ("success", "invalid_rate", "turn_share"))
+            by_agent.add_row(agent, *(f"{v:.3f}" for v in figures))
+        console.print(by_agent)
     summary = {k: v for k, v in metrics.items() if k.count("/") == 1 and not k.endswith("/success")}
     console.print("  ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in summary.items()))
 

@@ -9,7 +9,8 @@ of a configuration is the mean over its seeds at the iterations that *all* its s
 so a seed that stopped early cuts it short; the band is the min..max over seeds at the same iterations.
 
 Where the runs logged the step-credit diagnostics (`credit/*`, agentrl/algos/credit_diagnostics.py), report.json
-gives their mean curves over seeds (`credit_curve`) and the plot draws them under the learning curves.
+gives their mean curves over seeds (`credit_curve`) and the plot draws them under the learning curves. For a team
+(`eval/agent/<agent>/...`), report.json and a second table give each agent's final success and invalid rate.
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ from agentrl.plots import write_file
 DEFAULT_METRIC = "eval/success"
 METRICS = metrics_log.FILENAME
 CREDIT = [f"credit/{name}" for name in CREDIT_METRICS]
+AGENT_PREFIX = "eval/agent/"  # a team's per-agent held-out figures (agentrl/rollout/collector.py, agent_breakdown)
+AGENT_FIGURES = ("success", "invalid_rate")
 
 
 @dataclass
@@ -203,6 +206,21 @@ class ConfigSummary:
         common = self.curves.dropna(how="all").dropna()  # (no seeds: no rows)
         return {"iteration": common.index.tolist(), **common.agg(["mean", "min", "max"], axis=1).to_dict("list")}
 
+    def by_agent(self) -> dict[str, dict[str, dict]]:
+        """A team's final held-out figures per agent (`eval/agent/<agent>/<figure>` in the last record that has
+        them; AGENT_FIGURES), mean and std over the summarised seeds; empty where no run logged any."""
+        finals: dict[str, dict[str, list[float]]] = {}
+        for run in (run for run in self.config.runs if run.name in self.curves.columns):
+            last = next((r for r in reversed(run.records) if any(k.startswith(AGENT_PREFIX) for k in r)), {})
+            for key, value in last.items():
+                agent, _, figure = key.removeprefix(AGENT_PREFIX).partition("/")
+                if key.startswith(AGENT_PREFIX) and figure in AGENT_FIGURES and _finite(value):
+                    finals.setdefault(agent, {}).setdefault(figure, []).append(value)
+        return {
+            agent: {figure: dict(zip(("mean", "std"), mean_std(values))) for figure, values in figures.items()}
+            for agent, figures in sorted(finals.items())
+        }
+
     def credit_curve(self, metric: str) -> dict[str, list]:
         """Another metric's mean over the summarised seeds that logged it, at the iterations all of them have
         a finite value (a null correlation drops its iteration); empty lists where none logged it."""
@@ -319,6 +337,24 @@ def render_table(report: Report):
     return table
 
 
+def render_agent_table(report: Report):
+    """A team's final held-out success and invalid rate per configuration and agent; None without a team."""
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = [(s.label, agent, figures) for s in report.configs for agent, figures in s.by_agent().items()]
+    if not rows:
+        return None
+    table = Table(title=f"{report.name}: by agent, at the last evaluation", caption="mean ± sample std over seeds")
+    table.add_column("configuration", overflow="fold")
+    for column in ("agent", "success of its episodes", "invalid rate"):
+        table.add_column(column, justify="left" if column == "agent" else "right", no_wrap=True)
+    for label, agent, figures in rows:
+        cells = (_fmt_value(*figures[f].values()) if f in figures else "-" for f in AGENT_FIGURES)
+        table.add_row(Text(label), agent, *cells)
+    return table
+
+
 def failed_lines(report: Report) -> list[str]:
     """One line per run that failed or logged no value of the metric."""
     header = [f"{len(report.failed)} run(s) failed or logged no {report.metric}:"] if report.failed else []
@@ -339,6 +375,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
             "last_iteration": dict(zip(("min", "max"), s.last_iteration)),
             "curve": s.mean_curve(),
             "credit": {m: curve for m in CREDIT if (curve := s.credit_curve(m))["iteration"]},
+            "by_agent": s.by_agent(),
             "runs": [
                 {"path": r.run.name, "seed": r.run.seed, "final": r.final, "best": r.best}
                 | {"iterations_to_threshold": r.to_threshold, "last_iteration": r.last_iteration}

@@ -329,3 +329,36 @@ def test_the_credit_panels_draw_every_diagnostic_once():
 
     drawn = [metric for _, _, _, metrics in CREDIT_PANELS for metric, _ in metrics]
     assert sorted(drawn) == sorted(CREDIT) and len(CREDIT) == 10
+
+
+def test_a_team_is_broken_down_by_agent(tmp_path):
+    """The last evaluation's per-agent figures, mean ± std over seeds, in report.json and a second table."""
+    from agentrl.report import render_agent_table
+
+    for seed, finisher in [(0, 0.6), (1, 0.8)]:
+        run = make_run(tmp_path / f"s{seed}", ["env=household_team", f"seed={seed}"], {0: 0.1, 2: 0.4})
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        records[0] |= {"eval/agent/finisher/success": 0.0, "eval/agent/finisher/invalid_rate": 0.9}  # not the last
+        records[2] |= {"eval/agent/finisher/success": finisher, "eval/agent/finisher/invalid_rate": 0.1 * seed}
+        records[2] |= {"eval/agent/checker/success": 0.4, "eval/agent/checker/turn_share": 0.5}
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = build_report(tmp_path)
+    [config] = report_dict(report)["configurations"]
+    assert config["by_agent"]["finisher"]["success"] == {
+        "mean": pytest.approx(0.7),
+        "std": pytest.approx(0.1414, abs=1e-4),
+    }
+    assert config["by_agent"]["finisher"]["invalid_rate"]["mean"] == pytest.approx(0.05)
+    assert config["by_agent"]["checker"] == {"success": {"mean": pytest.approx(0.4), "std": pytest.approx(0.0)}}
+    console = Console(width=200, record=True)
+    console.print(render_agent_table(report))
+    text = console.export_text()
+    assert "finisher" in text and "0.700 ± 0.141" in text and "0.050 ± 0.071" in text
+
+
+def test_a_single_agent_run_has_no_agent_table(sweep):
+    from agentrl.report import render_agent_table
+
+    report = build_report(sweep)
+    assert render_agent_table(report) is None
+    assert all(c["by_agent"] == {} for c in report_dict(report)["configurations"])

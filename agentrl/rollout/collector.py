@@ -141,6 +141,8 @@ class EpisodeResult:
     invalid: int = 0
     fault: str | None = None  # the environment's error, if it broke
     transcript: list[dict] = field(default_factory=list)
+    agent_turns: dict[str, int] = field(default_factory=dict)  # turns per agent (Observation.agent; "0" alone)
+    agent_invalid: dict[str, int] = field(default_factory=dict)  # of those, the replies that parsed to no action
 
 
 class _Episode:
@@ -296,11 +298,15 @@ def _advance(
     ep.result.ret += row["reward"]
     ep.result.length += 1
     ep.result.invalid += int(not row["valid"])
+    agent = row["agent"]
+    ep.result.agent_turns[agent] = ep.result.agent_turns.get(agent, 0) + 1
+    ep.result.agent_invalid[agent] = ep.result.agent_invalid.get(agent, 0) + int(not row["valid"])
     if keep_transcript:
         ep.result.transcript.append(
             {
                 "observation": row["observation"],
                 "reply": row["completion"],
+                "agent": agent,
                 "action": action,
                 "valid": row["valid"],
                 "reward": row["reward"],
@@ -320,7 +326,8 @@ def _fault(ep: _Episode, where: str, message: str) -> None:
 
 
 def summarize(batch: StepBatch, prefix: str) -> dict[str, float]:
-    """Success, return, length, invalid rate and pass@k, overall and per task type."""
+    """Success, return, length, invalid rate and pass@k, overall and per task type; for a team, per agent too
+    (`agent_breakdown`)."""
     episodes = batch.episodes
     if not episodes:
         return {}
@@ -343,4 +350,26 @@ def summarize(batch: StepBatch, prefix: str) -> dict[str, float]:
     k = min(len(v) for v in by_task.values())
     if k > 1:
         metrics[f"{prefix}/pass@{k}"] = float(np.mean([any(v) for v in by_task.values()]))
+    return metrics | agent_breakdown(episodes, prefix)
+
+
+def agent_breakdown(episodes: list[EpisodeResult], prefix: str) -> dict[str, float]:
+    """Per agent of a team (nothing where only the default agent "0" acted), `<prefix>/agent/<agent>/...`:
+
+    - success: the share of the episodes the agent took a turn in that were won;
+    - invalid_rate: the agent's replies that parsed to no action, over its turns;
+    - turn_share: the agent's turns over all turns.
+    """
+    agents = sorted({a for e in episodes for a in e.agent_turns})
+    if agents in ([], ["0"]):
+        return {}
+    total = sum(sum(e.agent_turns.values()) for e in episodes)
+    metrics = {}
+    for agent in agents:
+        acted = [e for e in episodes if e.agent_turns.get(agent)]
+        turns = sum(e.agent_turns[agent] for e in acted)
+        key = f"{prefix}/agent/{agent}/"
+        metrics[f"{key}success"] = float(np.mean([e.won for e in acted]))
+        metrics[f"{key}invalid_rate"] = float(sum(e.agent_invalid.get(agent, 0) for e in acted) / turns)
+        metrics[f"{key}turn_share"] = float(turns / total)
     return metrics

@@ -83,3 +83,44 @@ def test_rollouts_label_each_row_with_its_role(suite):
         assert all(a == "checker" or prev == "checker" for prev, a in zip(agents, agents[1:]))  # after a checker
     rows = range(len(batch))
     assert all(batch.prompt[i].count(f"You are the {batch.agent[i]}.") >= 1 for i in rows)
+
+
+def test_rollout_and_eval_figures_break_down_by_agent(suite):
+    """summarize gives each role's success (of the episodes it acted in), invalid rate and share of turns, as
+    counted from the rows by hand."""
+    from agentrl.rollout.collector import Reply, summarize
+
+    class SometimesGarbage:  # random admissible actions, but every third reply is no action at all
+        def __init__(self):
+            self.random, self.replies = RandomPolicy(1), 0
+
+        def act(self, turns):
+            replies = self.random.act(turns)
+            for i in range(len(replies)):
+                self.replies += 1
+                if self.replies % 3 == 0:
+                    replies[i] = Reply("hmm")
+            return replies
+
+    tasks = [suite.task("train", i) for i in range(4)]
+    batch = collect(suite, tasks, 4, SometimesGarbage(), PromptSpec("alfworld", 2))
+    metrics = summarize(batch, "eval")
+    assert 0 < metrics["eval/agent/checker/invalid_rate"] < 1
+    won = {e.episode: e.won for e in batch.episodes}
+    for agent in ("checker", "actor", "finisher"):
+        mine = [i for i, a in enumerate(batch.agent) if a == agent]
+        episodes = {batch.episode[i] for i in mine}
+        assert metrics[f"eval/agent/{agent}/success"] == pytest.approx(sum(won[e] for e in episodes) / len(episodes))
+        invalid = sum(not batch.valid[i] for i in mine) / len(mine)
+        assert metrics[f"eval/agent/{agent}/invalid_rate"] == pytest.approx(invalid)
+        assert metrics[f"eval/agent/{agent}/turn_share"] == pytest.approx(len(mine) / len(batch))
+    # the checker acts in every episode: its success is the team's
+    assert metrics["eval/agent/checker/success"] == pytest.approx(metrics["eval/success"])
+
+
+def test_a_single_agent_has_no_breakdown():
+    from agentrl.rollout.collector import summarize
+
+    single = HouseholdSuite("easy")
+    batch = collect(single, [single.task("train", 0)], 2, RandomPolicy(0), PromptSpec("alfworld", 2))
+    assert not any("/agent/" in key for key in summarize(batch, "eval"))
