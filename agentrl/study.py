@@ -89,3 +89,28 @@ def verdict(low: float, high: float) -> str:
     if high < 0:
         return "worse"
     return "no separation"
+
+
+def quantile_of(records: list[dict[str, Any]], key: str, q: float) -> float | None:
+    """The q-quantile (1.0: the maximum) of a metric over a run's iterations (None: never logged)."""
+    values = [float(r[key]) for r in records if r.get(key) is not None]
+    return float(np.quantile(values, q)) if values else None
+
+
+def agent_figures(runs: list[list[dict[str, Any]]]) -> dict[str, dict[str, list[float]]]:
+    """A team's figures per agent, one value per run that logged them: the agent's mean advantage over the
+    iterations (`rollout/agent/<a>/advantage_mean`) and its held-out success at the last evaluation
+    (`eval/agent/<a>/success`)."""
+    figures: dict[str, dict[str, list[float]]] = {}
+    for records in runs:
+        agents = {k.split("/")[2] for r in records for k in r if k.startswith(("rollout/agent/", "eval/agent/"))}
+        for agent in sorted(agents):
+            mine = figures.setdefault(agent, {"advantage_mean": [], "success": []})
+            for figure, key, pick in (
+                ("advantage_mean", f"rollout/agent/{agent}/advantage_mean", np.mean),
+                ("success", f"eval/agent/{agent}/success", lambda values: values[-1]),
+            ):
+                values = [float(r[key]) for r in records if r.get(key) is not None]
+                if values:
+                    mine[figure].append(float(pick(values)))
+    return figures

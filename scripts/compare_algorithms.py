@@ -45,6 +45,12 @@ ARMS = {  # label -> the overrides that build it
     "rloo": ["+algo=grpo", "algo.estimator=rloo"],
     "grpo+epo": ["+algo=epo"],
     "grpo+arpo": ["+algo=arpo"],
+    # Dr. MAS's three arms (langfengQ/DrMAS#81), for a team environment (--env household_team) with algo.norm=std:
+    # its paper's baseline (statistics over trajectory means), the reference code's rows with one global scope,
+    # and rows per (task group, agent)
+    "trajectory-means": ["+algo=grpo", "algo.episode_stats=episode_means"],
+    "rows-global": ["+algo=grpo", "algo.episode_stats=rows"],
+    "rows-agent": ["+algo=grpo", "algo.episode_stats=rows", "algo.norm_scope=agent"],
 }
 # Iterations per level when --iterations is not given. The defaults (two levels, two arms, five seeds, 30
 # iterations) are the study that fitted in about an hour on 2 cores; --levels multistep long and --arms rloo
@@ -72,14 +78,19 @@ def finished(run_dir: Path, iterations: int) -> bool:
     return bool(records) and records[-1].get("iteration") == iterations and study.SUCCESS in records[-1]
 
 
-def build_model(level: str, out: Path, overrides: list[str]) -> None:
+def level_dir(args: argparse.Namespace, level: str) -> Path:
+    return args.out / (level if args.env == "household" else f"{args.env}_{level}")
+
+
+def build_model(args: argparse.Namespace, level: str) -> None:
     """Build (or find) the level's cached tiny model once, before the runs that share it."""
-    target = out / ".build" / level
+    target = args.out / ".build" / level_dir(args, level).name
     result = subprocess.run(
         agentrl_command(
             "train",
+            f"env={args.env}",
             f"env.level={level}",
-            *overrides,
+            *args.overrides,
             "trainer.iterations=1",
             "trainer.eval_every=0",
             "logger=none",
@@ -106,9 +117,10 @@ def plan(args: argparse.Namespace) -> list[dict]:
         iterations = args.iterations or ITERATIONS.get(level, 40)
         for seed in args.seeds:  # seed-major: each seed's arms run close together in time
             for arm in args.arms:
-                run_dir = args.out / level / arm / f"seed{seed}"
+                run_dir = level_dir(args, level) / arm / f"seed{seed}"
                 command = agentrl_command(
                     "train",
+                    f"env={args.env}",
                     *ARMS[arm],
                     f"seed={seed}",
                     f"env.level={level}",
@@ -142,7 +154,7 @@ def run_study(args: argparse.Namespace) -> None:
         return
     for level in dict.fromkeys(j["level"] for j in jobs):
         print(f"building (or finding) the tiny model of level {level}", flush=True)
-        build_model(level, args.out, args.overrides)
+        build_model(args, level)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
     failed = []
     with Progress() as progress, ThreadPoolExecutor(max_workers=args.jobs) as pool:
@@ -195,6 +207,9 @@ def summarise_level(level: str, arms: dict[str, dict[int, list[dict]]], baseline
             "seconds_per_iteration": float(
                 np.mean([r["time/iteration_s"] for s in seeds for r in runs[s] if r.get("time/iteration_s")])
             ),
+            "grad_norm_p95": [study.quantile_of(runs[s], "train/grad_norm", 0.95) for s in seeds],
+            "grad_norm_max": [study.quantile_of(runs[s], "train/grad_norm", 1.0) for s in seeds],
+            "agents": study.agent_figures([runs[s] for s in seeds]),
             "credit": {
                 key: float(np.mean(v))
                 for key in dict(CREDIT_SHOWN)
@@ -229,7 +244,7 @@ def markdown(summary: dict, baseline: str, threshold: float) -> str:
         + [f"iters to ≥ {threshold:g}", "s/iter"]
     )
     lines = [
-        f"### household `{summary['level']}`: held-out success, mean ± std over seeds {summary['seeds']}",
+        f"### `{summary['level']}`: held-out success, mean ± std over seeds {summary['seeds']}",
         "",
         "| " + " | ".join(head) + " |",
         "|" + "---|" * len(head),
@@ -258,6 +273,16 @@ def markdown(summary: dict, baseline: str, threshold: float) -> str:
             lines.append(
                 f"| {arm}, {name} | {c['difference']:+.3f} | [{c['low']:+.3f}, {c['high']:+.3f}] | {c['verdict']} |"
             )
+    agents = sorted({a for f in arms.values() for a in f["agents"]})
+    if agents:  # a team: Dr. MAS's figures
+        head = ["arm", "grad norm p95", "grad norm max"] + [f"{a}: mean advantage, final success" for a in agents]
+        lines += ["", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        for arm, f in arms.items():
+            cells = [fmt(f["grad_norm_p95"]), fmt(f["grad_norm_max"])]
+            for a in agents:
+                figures = f["agents"].get(a, {})
+                cells.append(f"{fmt(figures.get('advantage_mean', []))}, {fmt(figures.get('success', []))}")
+            lines.append(f"| {arm} | " + " | ".join(cells) + " |")
     lines += [
         "",
         "| step credit (mean over iterations and seeds) | " + " | ".join(label for _, label in CREDIT_SHOWN) + " |",
@@ -275,16 +300,17 @@ def markdown(summary: dict, baseline: str, threshold: float) -> str:
 def report(args: argparse.Namespace) -> None:
     summaries, texts = [], []
     for level in args.levels:
-        arms = load_level(args.out / level)
+        arms = load_level(level_dir(args, level))
         if not arms:
-            print(f"no finished runs under {args.out / level}")
+            print(f"no finished runs under {level_dir(args, level)}")
             continue
-        summary = summarise_level(level, arms, args.baseline, args.threshold)
+        summary = summarise_level(level_dir(args, level).name, arms, args.baseline, args.threshold)
         summaries.append(summary)
         texts.append(markdown(summary, args.baseline, args.threshold))
         print(texts[-1], flush=True)
         subprocess.run(
-            agentrl_command("report", str(args.out / level), "--threshold", str(args.threshold)), capture_output=True
+            agentrl_command("report", str(level_dir(args, level)), "--threshold", str(args.threshold)),
+            capture_output=True,
         )
     if summaries:
         (args.out / "study.md").write_text("\n".join(texts))
@@ -294,6 +320,7 @@ def report(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--env", default="household", help="household, or household_team for Dr. MAS's arms")
     parser.add_argument("--levels", nargs="+", default=["default", "search"])
     parser.add_argument("--arms", nargs="+", default=["grpo", "gigpo"], choices=list(ARMS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])

@@ -65,3 +65,20 @@ def test_bootstrap_interval_matches_a_direct_resampling():
 def test_bootstrap_needs_two_seeds_per_arm():
     with pytest.raises(ValueError, match="at least 2 seeds"):
         study.bootstrap_difference([0.5], [0.1, 0.2])
+
+
+def test_quantiles_and_a_teams_figures_per_agent():
+    runs = [
+        [
+            {"iteration": 1, "train/grad_norm": 1.0, "rollout/agent/actor/advantage_mean": -0.2},
+            {"iteration": 2, "train/grad_norm": 3.0, "rollout/agent/actor/advantage_mean": 0.0},
+            {"iteration": 3, "train/grad_norm": None, "eval/agent/actor/success": 0.25},
+        ],
+        [{"iteration": 1, "rollout/agent/actor/advantage_mean": 0.4, "eval/agent/finisher/success": 0.5}],
+    ]
+    assert study.quantile_of(runs[0], "train/grad_norm", 1.0) == 3.0
+    assert study.quantile_of(runs[0], "train/grad_norm", 0.5) == pytest.approx(2.0)
+    assert study.quantile_of(runs[1], "train/grad_norm", 0.95) is None
+    figures = study.agent_figures(runs)
+    assert figures["actor"] == {"advantage_mean": [pytest.approx(-0.1), pytest.approx(0.4)], "success": [0.25]}
+    assert figures["finisher"] == {"advantage_mean": [], "success": [0.5]}
