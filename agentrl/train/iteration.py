@@ -9,6 +9,7 @@ Everything here is plain Python and numpy over `StepBatch` (see docs/architectur
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,9 @@ from agentrl.envs.faults import check_fault_share
 from agentrl.errors import UserError
 from agentrl.ranks import rank_share
 from agentrl.rollout.collector import StepBatch, summarize
+
+log = logging.getLogger(__name__)
+_warned_single_agent = False
 
 Rollout = Callable[[Sequence[Task], int], StepBatch]  # (tasks, episodes per task) -> step rows
 Gather = Callable[[list], list]  # every rank's items, in rank order
@@ -132,6 +136,7 @@ def score_rollout(
     if replay is not None:
         batch = replay.apply(batch)  # inject, then store from the batch before injection, as ARPO does
         metrics.update(replay.metrics())
+    warn_agent_scope_without_team(cfg.algo, batch.agent)
     step_group = gigpo_step_groups(cfg.algo, batch)
     advantages = compute_advantages(cfg.algo, batch, step_group)
     if step_group is not None and plain_value(cfg.algo.estimator) == "gigpo":
@@ -143,6 +148,20 @@ def score_rollout(
     metrics["rollout/advantage_abs_mean"] = float(np.abs(advantages).mean()) if len(advantages) else 0.0
     metrics.update(agent_advantage_metrics(batch.agent, advantages))
     return ScoredRollout(batch, advantages, metrics)
+
+
+def warn_agent_scope_without_team(algo: Any, agents: Sequence[str]) -> bool:
+    """Say once per process that algo.norm_scope=agent is the global scope where only one agent acts."""
+    global _warned_single_agent
+    if _warned_single_agent or plain_value(algo.norm_scope) != "agent" or len(set(agents)) > 1:
+        return False
+    _warned_single_agent = True
+    log.warning(
+        "algo.norm_scope=agent, but only agent %r acted in this batch: with one agent the agent scope is the "
+        "global one (a team environment names its agents in Observation.agent; docs/environments.md, 'Teams')",
+        next(iter(agents), "0"),
+    )
+    return True
 
 
 def agent_advantage_metrics(agents: Sequence[str], advantages: np.ndarray) -> dict[str, float]:

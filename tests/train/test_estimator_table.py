@@ -90,3 +90,16 @@ def test_a_team_logs_each_agents_mean_advantage_and_one_agent_logs_nothing():
         "rollout/agent/b/advantage_mean": -0.5 / 3,
         "rollout/agent/b/row_share": 0.75,
     }
+
+
+def test_the_agent_scope_without_a_team_is_said_once(monkeypatch, caplog):
+    from agentrl.train import iteration
+
+    monkeypatch.setattr(iteration, "_warned_single_agent", False)
+    agent, global_ = OmegaConf.create({"norm_scope": "agent"}), OmegaConf.create({"norm_scope": "global"})
+    assert not iteration.warn_agent_scope_without_team(global_, ["0"] * 3)
+    assert not iteration.warn_agent_scope_without_team(agent, ["a", "b"])  # a team: nothing to say
+    with caplog.at_level("WARNING", logger="agentrl.train.iteration"):
+        assert iteration.warn_agent_scope_without_team(agent, ["0"] * 3)
+        assert not iteration.warn_agent_scope_without_team(agent, ["0"] * 3)  # once
+    assert [r.message for r in caplog.records if "is the global one" in r.message]
