@@ -18,6 +18,44 @@ from agentrl.errors import UserError
 RUN_PLOT = "curves.png"  # <run>/curves.png
 LINE_STYLES = ("-", "--", ":", "-.")  # one per metric of a panel; colours stay the configurations'
 
+# The step-credit panels under the learning curves (a run's and agentrl report's): (title, y label, y limits or None, ((metric, its legend label), ...)).
+# docs/algorithms.md, "Reading the step-credit diagnostics", says how to read them.
+CREDIT_PANELS = (
+    (
+        "step-group sizes (share of steps)",
+        "share of steps",
+        (-0.02, 1.02),
+        (
+            ("credit/step_group_size_1_share", "size 1"),
+            ("credit/step_group_size_2_4_share", "2-4"),
+            ("credit/step_group_size_5_9_share", "5-9"),
+            ("credit/step_group_size_10_plus_share", ">= 10"),
+        ),
+    ),
+    (
+        "step signal",
+        "share",
+        (-0.02, 1.02),
+        (
+            ("credit/step_advantage_nonzero_share", "steps with A_step != 0"),
+            ("credit/episode_groups_no_signal_share", "task groups, all returns equal"),
+            ("credit/step_groups_no_signal_share", "step groups (>= 2), all equal"),
+        ),
+    ),
+    (
+        "advantage size",
+        "mean |A|",
+        None,
+        (("credit/episode_advantage_abs_mean", "|A_episode|"), ("credit/step_advantage_abs_mean", "|A_step|")),
+    ),
+    (
+        "episode vs step credit",
+        "Pearson r",
+        (-1.05, 1.05),
+        (("credit/episode_step_advantage_correlation", "r(A_episode, A_step)"),),
+    ),
+)
+
 
 def write_file(path: Path, write: Callable[..., Any], *args: Any) -> Path:
     """`write(*args)` into `path`, its folder made first; a one-line error where it cannot be written."""
@@ -38,15 +76,18 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
     """A run's learning curves from its metrics.jsonl: held-out and rollout success on the left, the loss on the
-    right. None when the run logged nothing to draw."""
+    right, and under them the step-credit diagnostics where the run logged them. None when it logged nothing."""
     from matplotlib.figure import Figure
 
     records = metrics_log.read_records(run_dir)
     if not records:
         return None
     out = Path(out) if out is not None else Path(run_dir) / RUN_PLOT
-    fig = Figure(figsize=(10, 4), dpi=110, layout="constrained")
-    success, loss = fig.subplots(1, 2)
+    credit = any(key.startswith("credit/") for r in records for key in r)
+    layout = [["success", "success", "loss", "loss"]] + ([[f"credit{i}" for i in range(4)]] if credit else [])
+    fig = Figure(figsize=(12, 7 if credit else 4), dpi=110, layout="constrained")
+    axes = fig.subplot_mosaic(layout)
+    success, loss = axes["success"], axes["loss"]
     iterations, values = _series(records, "rollout/success")
     success.plot(iterations, values, color="C0", linewidth=1, alpha=0.7, label="rollout success")
     iterations, values = _series(records, "eval/success")
@@ -58,6 +99,10 @@ def plot_run(run_dir: Path, out: Path | None = None) -> Path | None:
     loss.set(xlabel="iteration", ylabel="train/loss", title="loss")
     for ax in (success, loss):
         ax.grid(True, alpha=0.3)
+    if credit:  # what step credit had to work with (docs/algorithms.md, "Reading the step-credit diagnostics")
+        for i, (title, ylabel, ylim, metrics) in enumerate(CREDIT_PANELS):
+            lines = {"run": {label: _series(records, key) for key, label in metrics}}
+            draw_panel(axes[f"credit{i}"], lines, {"run": "C3"}, title, ylabel, ylim)
     fig.suptitle(str(run_dir), fontsize="small")
     return write_file(out, fig.savefig, out)
 

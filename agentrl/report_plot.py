@@ -12,47 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import UserError
-from agentrl.plots import draw_panel, write_file
+from agentrl.plots import CREDIT_PANELS, draw_panel, write_file
 from agentrl.report import CREDIT, Report
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
-# The step-credit panels under the learning curves: (title, y label, y limits or None, ((metric, its legend label), ...)).
-# docs/algorithms.md, "Reading the step-credit diagnostics", says how to read them.
-CREDIT_PANELS = (
-    (
-        "step-group sizes (share of steps)",
-        "share of steps",
-        (-0.02, 1.02),
-        (
-            ("credit/step_group_size_1_share", "size 1"),
-            ("credit/step_group_size_2_4_share", "2-4"),
-            ("credit/step_group_size_5_9_share", "5-9"),
-            ("credit/step_group_size_10_plus_share", ">= 10"),
-        ),
-    ),
-    (
-        "step signal",
-        "share",
-        (-0.02, 1.02),
-        (
-            ("credit/step_advantage_nonzero_share", "steps with A_step != 0"),
-            ("credit/episode_groups_no_signal_share", "task groups, all returns equal"),
-            ("credit/step_groups_no_signal_share", "step groups (>= 2), all equal"),
-        ),
-    ),
-    (
-        "advantage size",
-        "mean |A|",
-        None,
-        (("credit/episode_advantage_abs_mean", "|A_episode|"), ("credit/step_advantage_abs_mean", "|A_step|")),
-    ),
-    (
-        "episode vs step credit",
-        "Pearson r",
-        (-1.05, 1.05),
-        (("credit/episode_step_advantage_correlation", "r(A_episode, A_step)"),),
-    ),
-)
 
 
 def plot_curves(report: Report, out: Path) -> Path:
