@@ -109,3 +109,12 @@ class HouseholdTeamSuite:
 
     def make_env(self) -> HouseholdTeamEnv:
         return HouseholdTeamEnv(HouseholdEnv(self.world_steps), self.max_steps)
+
+    def expert_plan(self, task: Task) -> list[str]:
+        """The household solver's plan played by the team, one reply a turn: before each action the checker
+        answers continue, and finish before the last; the actor takes the actions, the finisher the last."""
+        plan = self.household.expert_plan(task)
+        turns: list[str] = []
+        for i, action in enumerate(plan):
+            turns += ["finish" if i == len(plan) - 1 else "continue", action]
+        return turns

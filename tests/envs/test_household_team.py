@@ -124,3 +124,17 @@ def test_a_single_agent_has_no_breakdown():
     single = HouseholdSuite("easy")
     batch = collect(single, [single.task("train", 0)], 2, RandomPolicy(0), PromptSpec("alfworld", 2))
     assert not any("/agent/" in key for key in summarize(batch, "eval"))
+
+
+def test_the_expert_wins_every_task_through_the_finisher(suite):
+    from agentrl.envs.base import has_expert
+    from agentrl.rollout.demonstrations import ExpertPolicy
+
+    assert has_expert(suite)
+    tasks = [suite.task("train", i) for i in range(6)]
+    batch = collect(suite, tasks, 1, ExpertPolicy(suite), PromptSpec("alfworld", 2), keep_transcripts=True)
+    assert all(e.won for e in batch.episodes)
+    for e in batch.episodes:  # checker, then actor ..., and the finisher takes the last action
+        agents = [t["agent"] for t in e.transcript]
+        assert agents[::2] == ["checker"] * (len(agents) // 2) and agents[-1] == "finisher"
+        assert set(agents[1:-1:2]) <= {"actor"}
