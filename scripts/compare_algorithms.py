@@ -4,13 +4,16 @@
     python scripts/compare_algorithms.py --levels default --arms grpo gigpo --seeds 0 1 2
     python scripts/compare_algorithms.py --arms grpo grpo+epo grpo+arpo --levels default --iterations 75
     python scripts/compare_algorithms.py --report-only                     # the statistics of what is under --out
+    python scripts/compare_algorithms.py --env household_team --levels easy --arms trajectory-means rows-global \
+        rows-agent --seeds 0 1 2 --sft-episodes 16 --overrides algo.norm=std --out outputs/drmas   # Dr. MAS's arms
 
 Each (level, arm, seed) is one `agentrl train` of the embedded tiny model (model=tiny's recipe) on a fixed
 pool of `--task-pool` training tasks (the same pool for every arm; ARPO's buffer needs tasks to recur),
 evaluated on `--eval-tasks` held-out tasks every `--eval-every` iterations, into
 `<out>/<level>/<arm>/seed<S>`. `--jobs` runs go side by side with `--threads` torch threads each, in
 seed-major order so that the machine's load falls evenly on the arms. A run that finished is not run again,
-so a study that was stopped goes on where it was.
+so a study that was stopped goes on where it was. With `--sft-episodes N` every run of a level starts from one
+`agentrl sft` on N expert episodes of it (`<out>/<level>/sft/model`) instead of the tiny model's random warm-up.
 
 Per level it then prints and writes (`<out>/study.md`, `<out>/study.json`):
 - held-out success per arm at each evaluated iteration and at fixed training times (rollout + update
@@ -111,9 +114,36 @@ def run_job(job: dict, env: dict) -> tuple[dict, int]:
     return job, result.returncode
 
 
+def warm_start(args: argparse.Namespace, level: str) -> list[str]:
+    """With --sft-episodes: `agentrl sft` on that many expert episodes, once per level, and the override that
+    starts every run of the level from its model folder (none without)."""
+    if not args.sft_episodes:
+        return []
+    folder = level_dir(args, level) / "sft"
+    model = folder / "model"
+    if not (model / "config.json").is_file():
+        print(f"behaviour cloning on {args.sft_episodes} expert episodes of {args.env} {level}", flush=True)
+        result = subprocess.run(
+            agentrl_command(
+                "sft",
+                f"env={args.env}",
+                f"env.level={level}",
+                f"sft.episodes={args.sft_episodes}",
+                f"eval.num_tasks={args.eval_tasks}",
+                f"hydra.run.dir={folder}",
+            ),
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0:
+            raise SystemExit(f"agentrl sft on level {level} failed:\n{result.stderr[-3000:]}")
+    return [f"model.path={model.resolve()}"]
+
+
 def plan(args: argparse.Namespace) -> list[dict]:
     jobs = []
     for level in args.levels:
+        start = warm_start(args, level)
         iterations = args.iterations or ITERATIONS.get(level, 40)
         for seed in args.seeds:  # seed-major: each seed's arms run close together in time
             for arm in args.arms:
@@ -132,6 +162,7 @@ def plan(args: argparse.Namespace) -> list[dict]:
                     "logger.wandb_mode=disabled",
                     "logger.progress=false",
                     f"hydra.run.dir={run_dir}",
+                    *start,
                     *args.overrides,
                 )
                 jobs.append(
@@ -333,6 +364,12 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs side by side")
     parser.add_argument("--threads", type=int, default=1, help="torch threads per run (OMP_NUM_THREADS)")
     parser.add_argument("--out", type=Path, default=Path("outputs/compare"))
+    parser.add_argument(
+        "--sft-episodes",
+        type=int,
+        default=0,
+        help="start every run from `agentrl sft` on this many expert episodes of its level (0: the tiny model)",
+    )
     parser.add_argument("--report-only", action="store_true", help="only report what is already under --out")
     parser.add_argument("--overrides", nargs="*", default=[], help="extra Hydra overrides for every run")
     args = parser.parse_args()
