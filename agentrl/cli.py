@@ -220,8 +220,9 @@ def report(
 
     from rich.console import Console
 
-    from agentrl.report import build_report, failed_lines, render_agent_table, render_table, write_report_json
+    from agentrl.report import build_report, write_report_json
     from agentrl.report_plot import plot_curves
+    from agentrl.report_table import failed_lines, render_agent_table, render_table
 
     with user_errors():
         result = build_report(Path(path), metric, threshold)

@@ -1,7 +1,7 @@
 """`agentrl report`: compare configurations across seeds from their run folders.
 
-find_runs -> load_run -> group_runs (overrides but `seed=...`) -> build_report -> render_table, failed_lines,
-report_dict (report.json); agentrl/report_plot.py draws the plot. The numbers come from one pandas table of
+find_runs -> load_run -> group_runs (overrides but `seed=...`) -> build_report -> report_dict (report.json);
+agentrl/report_table.py draws the tables and agentrl/report_plot.py the plot. The numbers come from one pandas table of
 iterations × runs (`metric_table`). A run's "final" value is the metric's value in the last record that has one; "best" is its
 maximum; "iterations to threshold" is the first iteration whose value is >= the threshold. Spread over seeds is
 the sample standard deviation (ddof=1); with one seed there is none (shown without "±", null in JSON). The curve
@@ -9,9 +9,8 @@ of a configuration is the mean over its seeds at the iterations that *all* its s
 so a seed that stopped early cuts it short; the band is the min..max over seeds at the same iterations.
 
 Where the runs logged the step-credit diagnostics (`credit/*`, agentrl/algos/credit_diagnostics.py), report.json
-gives their mean curves over seeds (`credit_curve`) and the plot draws them under the learning curves. For a team
-(`eval/agent/<agent>/...`), report.json and a second table give each agent's final success and invalid rate.
-"""
+gives their mean curves over seeds (`credit_curve`) and the plot draws them under the learning curves; a team's
+per-agent final success and invalid rate (`eval/agent/...`) are in report.json and a second table."""
 
 from __future__ import annotations
 
@@ -216,9 +215,9 @@ class ConfigSummary:
                 agent, _, figure = key.removeprefix(AGENT_PREFIX).partition("/")
                 if key.startswith(AGENT_PREFIX) and figure in AGENT_FIGURES and _finite(value):
                     finals.setdefault(agent, {}).setdefault(figure, []).append(value)
+        stats = ("mean", "std")
         return {
-            agent: {figure: dict(zip(("mean", "std"), mean_std(values))) for figure, values in figures.items()}
-            for agent, figures in sorted(finals.items())
+            a: {f: dict(zip(stats, mean_std(v))) for f, v in figures.items()} for a, figures in sorted(finals.items())
         }
 
     def credit_curve(self, metric: str) -> dict[str, list]:
@@ -297,68 +296,6 @@ def build_report(path: Path, metric: str = DEFAULT_METRIC, threshold: float = 0.
     hydra_time = re.fullmatch(r"\d\d-\d\d-\d\d", resolved.name) and resolved.parent.name
     name = f"{resolved.parent.name}/{resolved.name}" if hydra_time else resolved.name or str(root)
     return Report(root=root, name=name, metric=metric, threshold=threshold, configs=configs, shared=shared)
-
-
-def _fmt_value(mean: float | None, std: float | None) -> str:
-    return "-" if mean is None else f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
-
-
-def format_to_threshold(summary: ConfigSummary) -> str:
-    mean, runs = summary.to_threshold_mean, len(summary.runs)
-    if mean is None:
-        return "-"
-    text = f"{mean:.0f}" if float(mean).is_integer() else f"{mean:.1f}"
-    return text + (f" ({summary.reached}/{runs} reached)" if summary.reached < runs else "")
-
-
-def render_table(report: Report):
-    """One row per configuration."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(
-        title=f"{report.name}: {report.metric}",
-        caption=(
-            "mean ± sample std (ddof=1) over seeds (no ± with one seed); final = last logged value, "
-            "best = each run's max; iters = first iteration at the threshold, mean over the runs that reached it"
-            + ("; ✗ = failed runs, listed below" if report.failed else "")
-            + (f"\nshared by every configuration: {' '.join(report.shared)}" if report.shared else "")
-        ),
-    )
-    # in a narrow terminal the label wraps; the mean ± std stay on one line
-    table.add_column("configuration", overflow="fold")
-    for column in ("seeds", "final", "best", f"iters to ≥ {report.threshold:g}", "last iter"):
-        table.add_column(column, justify="right", no_wrap=column in ("seeds", "final", "best"))
-    for s in report.configs:
-        seeds = f"{len(s.runs)}" + (f" +{len(s.failed)}✗" if s.failed else "")
-        low, high = s.last_iteration
-        last = "-" if low is None else str(low) if low == high else f"{low}–{high}"
-        table.add_row(Text(s.label), seeds, _fmt_value(*s.final), _fmt_value(*s.best), format_to_threshold(s), last)
-    return table
-
-
-def render_agent_table(report: Report):
-    """A team's final held-out success and invalid rate per configuration and agent; None without a team."""
-    from rich.table import Table
-    from rich.text import Text
-
-    rows = [(s.label, agent, figures) for s in report.configs for agent, figures in s.by_agent().items()]
-    if not rows:
-        return None
-    table = Table(title=f"{report.name}: by agent, at the last evaluation", caption="mean ± sample std over seeds")
-    table.add_column("configuration", overflow="fold")
-    for column in ("agent", "success of its episodes", "invalid rate"):
-        table.add_column(column, justify="left" if column == "agent" else "right", no_wrap=True)
-    for label, agent, figures in rows:
-        cells = (_fmt_value(*figures[f].values()) if f in figures else "-" for f in AGENT_FIGURES)
-        table.add_row(Text(label), agent, *cells)
-    return table
-
-
-def failed_lines(report: Report) -> list[str]:
-    """One line per run that failed or logged no value of the metric."""
-    header = [f"{len(report.failed)} run(s) failed or logged no {report.metric}:"] if report.failed else []
-    return header + [f"  {run.name} [{config.label}]: {reason}" for config, run, reason in report.failed]
 
 
 def report_dict(report: Report, plot: Path | None = None) -> dict:

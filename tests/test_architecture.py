@@ -18,7 +18,7 @@ PACKAGE = REPO / "agentrl"
 
 # docs/architecture.md, "Import layers": the first layer is the lowest
 LAYERS = [
-    {"errors", "cache", "ranks", "checkpoints", "metrics_log", "hydra_paths", "progress", "plots"},
+    {"errors", "cache", "ranks", "checkpoints", "metrics_log", "hydra_paths", "progress", "plots", "study"},
     {"algos"},
     {"envs"},
     {"rollout"},
@@ -26,7 +26,7 @@ LAYERS = [
     {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check", "supervised"},
     {"evaluate"},
     {"train", "sft"},
-    {"launch", "jobs", "report", "report_plot", "cli"},
+    {"launch", "jobs", "report", "report_plot", "report_table", "cli"},
 ]
 MAX_LINES = 400
 REASON = re.compile(r"^Over 400 lines: ", re.M)

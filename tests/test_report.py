@@ -14,17 +14,15 @@ from agentrl.cli import app
 from agentrl.errors import UserError
 from agentrl.report import (
     build_report,
-    failed_lines,
     find_runs,
-    format_to_threshold,
     group_runs,
     load_run,
     mean_std,
-    render_table,
     report_dict,
     write_report_json,
 )
 from agentrl.report_plot import plot_curves
+from agentrl.report_table import failed_lines, format_to_threshold, render_agent_table, render_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -333,8 +331,6 @@ def test_the_credit_panels_draw_every_diagnostic_once():
 
 def test_a_team_is_broken_down_by_agent(tmp_path):
     """The last evaluation's per-agent figures, mean ± std over seeds, in report.json and a second table."""
-    from agentrl.report import render_agent_table
-
     for seed, finisher in [(0, 0.6), (1, 0.8)]:
         run = make_run(tmp_path / f"s{seed}", ["env=household_team", f"seed={seed}"], {0: 0.1, 2: 0.4})
         records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -357,8 +353,6 @@ def test_a_team_is_broken_down_by_agent(tmp_path):
 
 
 def test_a_single_agent_run_has_no_agent_table(sweep):
-    from agentrl.report import render_agent_table
-
     report = build_report(sweep)
     assert render_agent_table(report) is None
     assert all(c["by_agent"] == {} for c in report_dict(report)["configurations"])

@@ -21,6 +21,7 @@ import numpy as np
 
 from agentrl.envs.base import Observation, Step, Task, TaskSuite
 from agentrl.envs.workers import EnvFault, EnvPool, InlinePool
+from agentrl.errors import UserError
 from agentrl.rollout.parsing import ParsedAction, env_action, parse_action
 from agentrl.rollout.prompts import HistoryWindow, build_prompt
 
@@ -273,7 +274,7 @@ def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: 
         "reward": float(outcome.reward) if stepped else 0.0,
         "valid": parsed.valid,
         "admissible": bool(outcome.action_valid) if stepped else False,
-        "anchor": turn.observation.anchor(),
+        "anchor": _hashable_anchor(turn.observation, ep.task),
         "observation": turn.observation.text,
         "prompt": turn.prompt,
         "completion": reply.text,
@@ -283,6 +284,20 @@ def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: 
         "won": False,  # the episode's outcome, filled in once every episode is over
         "replayed": False,
     }
+
+
+def _hashable_anchor(observation: Observation, task: Task) -> Hashable:
+    """The observation's anchor key, which step groups hash (every estimator logs them): an environment that
+    gives an unhashable one breaks the contract, and is told so in one line rather than by a traceback."""
+    anchor = observation.anchor()
+    try:
+        hash(anchor)
+    except TypeError:
+        raise UserError(
+            f"the environment of {task.task_id} gave an Observation.anchor_key of type {type(anchor).__name__}, "
+            "which cannot be hashed: give a str, int or tuple (docs/environments.md, 'The contract')"
+        ) from None
+    return anchor
 
 
 def _advance(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from agentrl.envs.household import HouseholdSuite
 from agentrl.envs.workers import InlinePool
 from agentrl.rollout.collector import PromptSpec, collect, summarize
@@ -151,3 +153,26 @@ def test_a_single_agent_environment_labels_its_rows_0():
     suite = HouseholdSuite("easy")
     batch = collect(suite, [suite.task("train", 0)], 2, RandomPolicy(0), PromptSpec("compact", 2))
     assert set(batch.agent) == {"0"} and len(batch.agent) == len(batch)
+
+
+def test_an_unhashable_anchor_key_is_one_clear_error():
+    """A plug-in whose anchor_key is a list breaks the contract: one UserError that names the task, no traceback."""
+    from dataclasses import replace
+
+    from agentrl.envs.household import HouseholdSuite
+    from agentrl.errors import UserError
+    from agentrl.rollout.collector import PromptSpec, collect
+    from agentrl.rollout.policies import RandomPolicy
+
+    class ListAnchors(HouseholdSuite):
+        def make_env(self):
+            env = super().make_env()
+            reset = env.reset
+            env.reset = lambda task: replace(reset(task), anchor_key=["room", 1])
+            return env
+
+    suite = ListAnchors("easy")
+    with pytest.raises(
+        UserError, match=r"household/easy/train/0 gave an Observation.anchor_key of type list, which cannot be hashed"
+    ):
+        collect(suite, [suite.task("train", 0)], 1, RandomPolicy(0), PromptSpec("alfworld", 2))
