@@ -184,8 +184,9 @@ def run_study(args: argparse.Namespace) -> None:
         print("every run of the study has finished; reporting")
         return
     for level in dict.fromkeys(j["level"] for j in jobs):
-        print(f"building (or finding) the tiny model of level {level}", flush=True)
-        build_model(args, level)
+        if not args.sft_episodes:  # (a warm start's runs load its model folder: no tiny model to build)
+            print(f"building (or finding) the tiny model of level {level}", flush=True)
+            build_model(args, level)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1")
     failed = []
     with Progress() as progress, ThreadPoolExecutor(max_workers=args.jobs) as pool:
