@@ -203,13 +203,15 @@ def run_study(args: argparse.Namespace) -> None:
         print(f"{len(failed)} runs failed: {', '.join(failed)}; the report leaves them out")
 
 
-def load_level(level_dir: Path) -> dict[str, dict[int, list[dict]]]:
-    """arm -> seed -> records, for the finished runs under <out>/<level>."""
+def load_level(level_dir: Path, iterations: int) -> dict[str, dict[int, list[dict]]]:
+    """arm -> seed -> records, for the runs under <out>/<level> that finished `iterations`; the others are named."""
     arms: dict[str, dict[int, list[dict]]] = {}
     for run_dir in sorted(level_dir.glob("*/seed*")):
-        records = metrics_log.read_records(run_dir)
-        if study.evaluations(records):
+        if finished(run_dir, iterations):
+            records = metrics_log.read_records(run_dir)
             arms.setdefault(run_dir.parent.name, {})[int(run_dir.name.removeprefix("seed"))] = records
+        else:
+            print(f"left out, not finished: {run_dir}")
     return arms
 
 
@@ -332,7 +334,7 @@ def markdown(summary: dict, baseline: str, threshold: float) -> str:
 def report(args: argparse.Namespace) -> None:
     summaries, texts = [], []
     for level in args.levels:
-        arms = load_level(level_dir(args, level))
+        arms = load_level(level_dir(args, level), args.iterations or ITERATIONS.get(level, 40))
         if not arms:
             print(f"no finished runs under {level_dir(args, level)}")
             continue
