@@ -203,10 +203,11 @@ def run_study(args: argparse.Namespace) -> None:
         print(f"{len(failed)} runs failed: {', '.join(failed)}; the report leaves them out")
 
 
-def load_level(level_dir: Path, iterations: int) -> dict[str, dict[int, list[dict]]]:
-    """arm -> seed -> records, for the runs under <out>/<level> that finished `iterations`; the others are named."""
+def load_level(level_dir: Path, iterations: int, names: list[str]) -> dict[str, dict[int, list[dict]]]:
+    """arm -> seed -> records, for the runs of the arms `names` under <out>/<level> that finished `iterations`;
+    the others are named."""
     arms: dict[str, dict[int, list[dict]]] = {}
-    for run_dir in sorted(level_dir.glob("*/seed*")):
+    for run_dir in sorted(p for name in names for p in (level_dir / name).glob("seed*")):
         if finished(run_dir, iterations):
             records = metrics_log.read_records(run_dir)
             arms.setdefault(run_dir.parent.name, {})[int(run_dir.name.removeprefix("seed"))] = records
@@ -334,7 +335,7 @@ def markdown(summary: dict, baseline: str, threshold: float) -> str:
 def report(args: argparse.Namespace) -> None:
     summaries, texts = [], []
     for level in args.levels:
-        arms = load_level(level_dir(args, level), args.iterations or ITERATIONS.get(level, 40))
+        arms = load_level(level_dir(args, level), args.iterations or ITERATIONS.get(level, 40), args.arms)
         if not arms:
             print(f"no finished runs under {level_dir(args, level)}")
             continue
