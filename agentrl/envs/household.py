@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.household_world import (
@@ -113,24 +113,17 @@ LEVELS: dict[str, Level] = {
         distractor=False,
         hidden=False,
     ),
-    # The step-credit level (docs/algorithms.md, "Which estimator?"): default's 3 receptacles and put tasks,
-    # but the goal object may start hidden in a closed container, and 15 steps. The agent has to search, so
-    # it comes back to states it has seen (a receptacle it opened, the start) within an episode and across
-    # the group's episodes of the same task; the reward comes only at the end; and at one state the actions
-    # differ in value (open the container that holds the object, or one already found empty). A random
-    # policy wins 15 %, in 10.5 steps against an optimal 4.6: a won episode is mostly detours, which an
-    # episode-level advantage credits like the steps that won it.
-    "search": Level(
-        receptacles=3,
-        task_types=(PUT,),
-        closed_containers=True,
-        max_steps=15,
-        info_commands=False,
-        distractor=False,
-        hidden=True,
-    ),
     "long": Level(receptacles=6, task_types=TWO_STAGE, closed_containers=True, max_steps=30, duplicates=True),
 }
+
+# The step-credit level (docs/algorithms.md, "Which estimator?"): default's 3 receptacles and put tasks,
+# but the goal object may start hidden in a closed container, and 15 steps. The agent has to search, so
+# it comes back to states it has seen (a receptacle it opened, the start) within an episode and across
+# the group's episodes of the same task; the reward comes only at the end; and at one state the actions
+# differ in value (open the container that holds the object, or one already found empty). A random
+# policy wins 15 %, in 10.5 steps against an optimal 4.6: a won episode is mostly detours, which an
+# episode-level advantage credits like the steps that won it.
+LEVELS["search"] = replace(LEVELS["default"], hidden=True, max_steps=15)
 
 
 # ---------------------------------------------------------------- generation
