@@ -65,7 +65,12 @@ def run_job(cfg: Any) -> float:
         train(run)
     finally:
         run.request.uninstall()
-    return finish(run)
+    success = finish(run)
+    # A rank leaves its process group before the interpreter exits: left to finalization, gloo's threads can abort
+    # the process (SIGABRT, "terminate called without an active exception") after the run has finished. Only on
+    # this path: after an error the other rank may still be in a collective, and leaving could hang.
+    run.trainer.accelerator.end_training()
+    return success
 
 
 def setup(cfg: Any) -> Run:
