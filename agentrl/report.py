@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from agentrl import metrics_log
+from agentrl import health, metrics_log
 from agentrl.algos.credit_diagnostics import CREDIT_METRICS
 from agentrl.errors import UserError
 from agentrl.plots import write_file
@@ -316,6 +316,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
             "runs": [
                 {"path": r.run.name, "seed": r.run.seed, "final": r.final, "best": r.best}
                 | {"iterations_to_threshold": r.to_threshold, "last_iteration": r.last_iteration}
+                | {"warnings": health.run_warnings(r.run.records)}
                 for r in s.runs
             ],
         }

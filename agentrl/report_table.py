@@ -1,8 +1,9 @@
 """`agentrl report`'s tables, drawn with rich from agentrl/report.py's numbers: one row per configuration, a
-team's figures per agent, and a line per run that failed."""
+team's figures per agent, a line per run that failed, and the learning-health warnings each run logged."""
 
 from __future__ import annotations
 
+from agentrl import health
 from agentrl.report import AGENT_FIGURES, ConfigSummary, Report
 
 
@@ -66,3 +67,15 @@ def failed_lines(report: Report) -> list[str]:
     """One line per run that failed or logged no value of the metric."""
     header = [f"{len(report.failed)} run(s) failed or logged no {report.metric}:"] if report.failed else []
     return header + [f"  {run.name} [{config.label}]: {reason}" for config, run, reason in report.failed]
+
+
+def warning_lines(report: Report) -> list[str]:
+    """The learning-health warnings each run logged (agentrl/health.py: no signal, entropy collapse, held-out drop),
+    one line each, under the run's name."""
+    lines = [
+        f"  {run.name}: {line}"
+        for c in report.configs
+        for run in c.config.runs
+        for line in health.run_warnings(run.records)
+    ]
+    return ["why a run may not have learned (agentrl/health.py):", *lines] if lines else []

@@ -227,14 +227,19 @@ def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any):
 
 
 def valid_action_rate(model, tokenizer, suite, env_cfg: Any, turns: int = 400) -> dict[str, float]:
-    """Sample the warmed-up model at temperature 1 on held-out tasks: how often is its reply an admissible action?"""
+    """Sample the warmed-up model at temperature 1 on held-out tasks: how often is its reply an admissible action,
+    and how widely does it spread over the admissible actions (agentrl/rollout/exploration.py)?"""
+    from agentrl.rollout.exploration import AdmissibleProbe
     from agentrl.rollout.policies import HFPolicy, SamplingSpec
 
-    policy = HFPolicy(model, tokenizer, SamplingSpec(temperature=1.0, max_new_tokens=24))
-    batch = _play(suite, env_cfg, policy, suite.eval_split, 50_000, turns, "tiny model: checking its replies")
+    probe = AdmissibleProbe(
+        HFPolicy(model, tokenizer, SamplingSpec(temperature=1.0, max_new_tokens=24)), model, tokenizer
+    )
+    batch = _play(suite, env_cfg, probe, suite.eval_split, 50_000, turns, "tiny model: checking its replies")
     rows = max(len(batch), 1)
     return {
         "valid_action_rate": sum(batch.valid) / rows,  # a parsable <action> reply
         "admissible_action_rate": sum(batch.admissible) / rows,  # ... that the environment accepted
         "warm_start_success": sum(e.won for e in batch.episodes) / max(len(batch.episodes), 1),
+        **probe.summary(),  # admissible_entropy (1: the random admissible policy's spread), admissible_mass
     }

@@ -23,7 +23,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from agentrl import metrics_log
+from agentrl import health, metrics_log
 from agentrl.config import plain_value
 from agentrl.progress import TrainProgress
 
@@ -103,6 +103,8 @@ class Tracker:
         self, run_dir: Path, cfg: Any, total_iterations: int, group: str | None = None, job_name: str | None = None
     ):
         self.run_dir = run_dir
+        # what the run logged so far (a resumed run's kept records): the history the health warnings read
+        self.records: list[dict[str, Any]] = metrics_log.read_records(run_dir)
         self.metrics_file = metrics_log.open_for_append(run_dir)
         self.started = time.time()
         self.wandb_run = self._start_wandb(cfg, group, job_name)
@@ -139,6 +141,9 @@ class Tracker:
         record = {"iteration": iteration, "time/elapsed_s": round(time.time() - self.started, 3)}
         record.update({k: (float(v) if _finite(v) else None) for k, v in metrics.items() if v is not None})
         metrics_log.write_record(self.metrics_file, record)
+        self.records.append(record)
+        for line in health.warnings_at(self.records):  # why the run may not be learning, once when it starts
+            log.warning(line)
         self.last.update({k: v for k, v in record.items() if v is not None})
         if self.wandb_run is not None:
             self.wandb_run.log({k: v for k, v in record.items() if v is not None}, step=iteration)

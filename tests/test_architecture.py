@@ -18,7 +18,7 @@ PACKAGE = REPO / "agentrl"
 
 # docs/architecture.md, "Import layers": the first layer is the lowest
 LAYERS = [
-    {"errors", "cache", "ranks", "checkpoints", "metrics_log", "hydra_paths", "progress", "plots", "study"},
+    {"errors", "cache", "ranks", "checkpoints", "metrics_log", "hydra_paths", "progress", "plots", "study", "health"},
     {"algos"},
     {"envs"},
     {"rollout"},

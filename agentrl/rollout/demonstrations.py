@@ -19,6 +19,13 @@ from agentrl.rollout.parsing import ACTION_CLOSE, ACTION_OPEN
 
 # Worker processes that play demonstrations on an engine (at least env.num_workers).
 BUILD_WORKERS = max(1, min(os.cpu_count() or 1, 4))
+# The built-in household world, alone or played by a team: pure Python, microseconds a step.
+IN_PROCESS_ENVS = ("household", "household_team")
+
+
+def plays_in_process(env_name: str) -> bool:
+    """Whether the environment steps in microseconds in this process (no engine, no worker processes)."""
+    return env_name in IN_PROCESS_ENVS
 
 
 def action_reply(action: str) -> str:
@@ -66,8 +73,7 @@ def play(
     # time: worker processes run the episodes side by side. Outcomes come back in slot order, so the play is the
     # same. The built-in household world (alone or played by a team) steps in microseconds, where workers would only
     # add start-up.
-    pure_python = env_cfg.name in ("household", "household_team")
-    workers = env_cfg.num_workers if pure_python else max(env_cfg.num_workers, BUILD_WORKERS)
+    workers = env_cfg.num_workers if plays_in_process(env_cfg.name) else max(env_cfg.num_workers, BUILD_WORKERS)
     with (
         make_pool(suite.make_env, workers, env_cfg.step_timeout_s) as pool,
         Phase(f"{doing} ({len(tasks)} episodes in lockstep), turn", limit) as phase,

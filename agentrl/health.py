@@ -1,0 +1,94 @@
+"""Why a run is not learning, said when it happens: three patterns read from the metrics records.
+
+- **No signal.** `rollout/groups_without_signal` at or above `NO_SIGNAL_SHARE` for `NO_SIGNAL_ITERATIONS`
+  iterations in a row: nearly every group's episodes ended alike, so group-relative advantages are zero and the
+  update has nothing to follow. A start that does not explore, or a level too hard for it.
+- **Entropy collapse.** `train/entropy` below `COLLAPSE_FRACTION` of the mean of the run's first
+  `ENTROPY_REFERENCE_ITERATIONS` iterations: the policy has become nearly deterministic, so a small update can
+  flip its choice in a common state for every episode at once, and a group that then fails together gives no
+  signal to come back.
+- **Held-out drop.** `eval/success` at or below `DROP_FRACTION` of the best evaluation so far, and at least
+  `DROP_MIN` below it: the policy lost what it had learned.
+
+`warnings_at(records)` gives the lines for the newest record, each pattern once when it starts; training logs them
+(agentrl/train/callbacks.py) and `agentrl report` lists them per run (`run_warnings`). Each line names the keys that
+change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+NO_SIGNAL_SHARE = 0.9
+NO_SIGNAL_ITERATIONS = 5
+ENTROPY_REFERENCE_ITERATIONS = 5
+COLLAPSE_FRACTION = 0.2
+DROP_FRACTION = 0.5
+DROP_MIN = 0.2
+
+NO_SIGNAL = "no signal"
+ENTROPY_COLLAPSE = "entropy collapse"
+HELDOUT_DROP = "held-out drop"
+
+
+def _values(records: Sequence[dict[str, Any]], key: str) -> list[tuple[int, float]]:
+    return [(r["iteration"], r[key]) for r in records if r.get(key) is not None]
+
+
+def no_signal(records: Sequence[dict[str, Any]]) -> str | None:
+    shares = _values(records, "rollout/groups_without_signal")
+    recent = shares[-NO_SIGNAL_ITERATIONS:]
+    if len(recent) < NO_SIGNAL_ITERATIONS or any(share < NO_SIGNAL_SHARE for _, share in recent):
+        return None
+    return (
+        f"{NO_SIGNAL}: at iteration {recent[-1][0]}, {NO_SIGNAL_ITERATIONS} iterations in a row with "
+        f"{NO_SIGNAL_SHARE:.0%} or more of the task groups without signal (every episode of a group ended alike); "
+        "a start that explores more (rollout.temperature, a shorter sft), more episodes per task "
+        "(trainer.group_size) or an easier env.level give groups that differ"
+    )
+
+
+def entropy_collapse(records: Sequence[dict[str, Any]]) -> str | None:
+    entropies = _values(records, "train/entropy")
+    if len(entropies) <= ENTROPY_REFERENCE_ITERATIONS:
+        return None
+    reference = sum(e for _, e in entropies[:ENTROPY_REFERENCE_ITERATIONS]) / ENTROPY_REFERENCE_ITERATIONS
+    iteration, now = entropies[-1]
+    if reference <= 0 or now >= COLLAPSE_FRACTION * reference:
+        return None
+    return (
+        f"{ENTROPY_COLLAPSE}: at iteration {iteration}, train/entropy {now:.3g} is below {COLLAPSE_FRACTION:.0%} of the "
+        f"first iterations' {reference:.3g}; the policy is nearly deterministic. A lower trainer.learning_rate, an "
+        "entropy term (algo.entropy.mode) or a KL to the start (algo.kl_coef) keep it exploring"
+    )
+
+
+def heldout_drop(records: Sequence[dict[str, Any]]) -> str | None:
+    evaluations = _values(records, "eval/success")
+    if len(evaluations) < 2:
+        return None
+    best_iteration, best = max(evaluations[:-1], key=lambda pair: pair[1])
+    iteration, now = evaluations[-1]
+    if now > DROP_FRACTION * best or best - now < DROP_MIN:
+        return None
+    return (
+        f"{HELDOUT_DROP}: held-out success {now:.2f} at iteration {iteration}, down from {best:.2f} at iteration "
+        f"{best_iteration}; a lower trainer.learning_rate or fewer optimizer steps per iteration "
+        "(a larger trainer.mini_batch_size) make each update smaller"
+    )
+
+
+CHECKS = {NO_SIGNAL: no_signal, ENTROPY_COLLAPSE: entropy_collapse, HELDOUT_DROP: heldout_drop}
+
+
+def warnings_at(records: Sequence[dict[str, Any]]) -> list[str]:
+    """The lines for the newest record: each pattern that holds now and did not hold at the record before."""
+    if not records:
+        return []
+    return [line for check in CHECKS.values() if (line := check(records)) and not check(records[:-1])]
+
+
+def run_warnings(records: Sequence[dict[str, Any]]) -> list[str]:
+    """Every line a run's records gave, in the order training logged them."""
+    return [line for end in range(1, len(records) + 1) for line in warnings_at(records[:end])]
