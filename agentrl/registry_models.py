@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from agentrl.cache import cache_root
+from agentrl.cache import cache_root, make_cache_folder
 from agentrl.errors import UserError, first_line
 
 BUILD_VERSION = 1  # bump when the conversion changes, so that old cached folders are not reused
@@ -114,7 +114,7 @@ def ensure_registry_model(name: str, cache_dir: str | None = None) -> Path:
     if (target / DONE_FILE).is_file():
         return target
     require_gguf(name)
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(target.parent)
     staging = target.parent / f".{target.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     plain_line(

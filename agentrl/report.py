@@ -268,6 +268,8 @@ class Report:
 
 def build_report(path: Path, metric: str = DEFAULT_METRIC, threshold: float = 0.5) -> Report:
     """Find, load, group and summarise the runs under `path`; UserError for what the user can fix."""
+    if not math.isfinite(threshold):
+        raise UserError(f"--threshold must be a finite number, got {threshold}")
     root = Path(path).expanduser()
     if not root.exists():
         raise UserError(f"{path} does not exist")

@@ -84,3 +84,27 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(case, run_cli, tmp_path):
     assert "Traceback" not in result.stdout + result.stderr
     assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr[-2000:]
     assert expected.lower() in lines[0].lower()
+
+
+@pytest.mark.parametrize("where", ["a file", "a folder inside a file"])
+def test_a_cache_that_cannot_be_written_is_one_line(where, run_cli, tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cache = blocker if where == "a file" else blocker / "cache"
+    result = run_cli("train", "+debug=fast", "logger=none", env={"AGENTRL_CACHE": str(cache)}, timeout=300)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode != 0 and "Traceback" not in result.stdout + result.stderr
+    assert len(lines) == 1 and lines[0].startswith("error: cannot write agentrl's cache folder"), result.stderr[-2000:]
+    assert "AGENTRL_CACHE" in lines[0] and blocker.read_text() == ""
+
+
+@pytest.mark.parametrize("threshold", ["nan", "inf", "-inf"])
+def test_report_threshold_that_is_not_a_number_is_one_line(threshold, run_cli, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"iteration": 0, "eval/success": 0.1}\n')
+    result = run_cli("report", str(run), "--threshold", threshold)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode != 0 and "Traceback" not in result.stdout + result.stderr
+    assert len(lines) == 1 and "--threshold must be a finite number" in lines[0], result.stderr[-2000:]
+    assert not (run / "report.png").exists() and not (run / "report.json").exists()  # nothing half-written

@@ -164,9 +164,11 @@ def _generated_root(env_cfg) -> Path:
 
 def _ensure_generated(env_cfg) -> Path:
     """Generate (once) and cache the synthetic pool; say once that these are not the ALFRED floor plans."""
+    from agentrl.cache import make_cache_folder
     from agentrl.envs.alfworld.generate import generate_split_pool, generation_workers
 
     root = _generated_root(env_cfg)
+    make_cache_folder(root.parent)
     marker = root / "COMPLETE"
     if not marker.is_file():
         log.warning(

@@ -237,9 +237,9 @@ def variation_table() -> dict[str, dict[str, list[int]]]:
     ScienceWorld version and cached (agentrl's cache folder)."""
     from importlib.metadata import version
 
-    from agentrl.cache import cache_root
+    from agentrl.cache import cache_root, make_cache_folder
 
-    path = cache_root(None) / "scienceworld" / f"variations-{version('scienceworld')}.json"
+    path = make_cache_folder(cache_root(None) / "scienceworld") / f"variations-{version('scienceworld')}.json"
     if path.is_file():
         return json.loads(path.read_text())
     engine = start_engine()
