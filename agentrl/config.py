@@ -227,9 +227,10 @@ class TinyModelConfig:
     # the tokenizer's vocabulary: its byte alphabet and special tokens need about 300 entries
     vocab_size: int = checked(1024, Interval(ge=300, le=1_000_000))
     warmup_steps: int = checked(1500, Ge(0))  # supervised steps on random admissible actions (0: no warm-up)
-    demo_turns: int = checked(
-        4000, Ge(1)
-    )  # turns of random admissible play that the tokenizer and the warm-up learn from
+    # turns of random admissible play that the tokenizer and the warm-up learn from. None: where the environment plays
+    # in process (household), one turn for every row the warm-up trains on (warmup_steps x warmup_batch_size, at least
+    # 4000), so that no pair is trained on twice; 4000 where an engine plays them (tiny_model.demonstration_turns)
+    demo_turns: int | None = checked(None, Ge(1))
     warmup_batch_size: int = checked(32, Ge(1))
     warmup_lr: float = checked(3e-3, Gt(0))
     cache_dir: str | None = checked(None, MinLen(1))  # default: $AGENTRL_CACHE or ~/.cache/agentrl

@@ -44,11 +44,26 @@ def pair_ids(tokenizer, prompt: str, reply: str, max_prompt_tokens: int) -> tupl
     return prompt_ids + reply_ids, [0] * len(prompt_ids) + [1] * len(reply_ids)
 
 
+def pairs_ids(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """`pair_ids` of every pair, with one batched tokenizer call for the prompts and one for the replies (the tiny
+    model's tens of thousands of pairs took 0.6 ms each one by one)."""
+    prompts = tokenizer.apply_chat_template(
+        [[{"role": "user", "content": prompt}] for prompt, _ in pairs], tokenize=False, add_generation_prompt=True
+    )
+    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    reply_ids = tokenizer([reply for _, reply in pairs], add_special_tokens=False)["input_ids"]
+    encoded = []
+    for prompt, reply in zip(prompt_ids, reply_ids):
+        prompt, reply = prompt[-max_prompt_tokens:], [*reply, tokenizer.eos_token_id]
+        encoded.append((prompt + reply, [0] * len(prompt) + [1] * len(reply)))
+    return encoded
+
+
 def pair_dataset(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int):
     """The pairs as a `datasets.Dataset` in TRL's tokenized prompt-completion form."""
     from datasets import Dataset
 
-    encoded = [pair_ids(tokenizer, prompt, reply, max_prompt_tokens) for prompt, reply in pairs]
+    encoded = pairs_ids(tokenizer, pairs, max_prompt_tokens) if pairs else []
     return Dataset.from_dict({"input_ids": [ids for ids, _ in encoded], "completion_mask": [m for _, m in encoded]})
 
 
@@ -82,6 +97,25 @@ def sft_config(schedule: Schedule, output_dir: str, device: str = "cpu", precisi
     )
 
 
+def full_logits_trainer(sft_trainer_class):
+    """`SFTTrainer` with transformers' own `Trainer.compute_loss`: the model's loss from its full logits, the sum of
+    the reply tokens' negative log-likelihoods divided by their count, as TRL's.
+
+    TRL 1.16 computes the loss with its fused LM head, which scores the positions in tiles without the full logits:
+    built for accelerators and large vocabularies. On CPU, where it has no Triton kernel, it scores every position,
+    the prompt's too, and recomputes each tile in the backward pass: half of a tiny-model warm-up step went there
+    (docs/sft.md, "Deviations"). The gradients are the same (tests/test_supervised.py); TRL's entropy and token
+    accuracy metrics, which agentrl does not read, are not logged."""
+    from transformers import Trainer
+
+    class FullLogitsSFTTrainer(sft_trainer_class):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = {**inputs, "use_cache": False}  # as TRL's: no key/value cache in a training forward
+            return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+    return FullLogitsSFTTrainer
+
+
 def sft_trainer(
     model,
     tokenizer,
@@ -94,13 +128,15 @@ def sft_trainer(
     peft_config=None,
     callbacks=(),
 ):
-    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs."""
+    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs; on CPU, with
+    the loss from the model's own logits (`full_logits_trainer`)."""
     import datasets
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
     datasets.disable_progress_bars()  # TRL's label-building pass would draw one bar per call
-    trainer = SFTTrainer(
+    trainer_class = full_logits_trainer(SFTTrainer) if device == "cpu" else SFTTrainer
+    trainer = trainer_class(
         model=model,
         args=sft_config(schedule, output_dir, device, precision),
         train_dataset=pair_dataset(tokenizer, pairs, schedule.max_prompt_tokens),

@@ -32,13 +32,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentrl.cache import cache_root
+from agentrl.cache import cache_root, make_cache_folder
 
 log = logging.getLogger(__name__)
 
-BUILD_VERSION = 4  # bump when the recipe changes, so old caches are not reused (4: the warm-up runs on SFTTrainer)
+# bump when the recipe changes, so old caches are not reused (4: the warm-up runs on SFTTrainer; 5: fresh demonstrations)
+BUILD_VERSION = 5
 # Prompt tokens a warm-up pair keeps (its end, as a rollout does): more than any tiny-model prompt has.
 PROMPT_BUDGET = 10_000
+# Turns of demonstrations unless demo_turns says: on an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step)
+# this many; in process at least this many (the tokenizer's text), and one for every row the warm-up trains on.
+DEMO_TURNS = 4000
+# Turns the build's check plays (fewer where the demonstrations are fewer: a tenth of them).
+CHECK_TURNS = 400
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -91,7 +97,7 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     target = cache_root(tiny_cfg.cache_dir) / "tiny" / f"{env_cfg.name}-{cache_key(tiny_cfg, env_cfg)}"
     if (target / "warmup.json").is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    make_cache_folder(target.parent)
     staging = target.parent / f".{target.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     log.info("building the tiny model in %s (first use; cached afterwards)", target)
@@ -162,13 +168,14 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     torch.manual_seed(tiny_cfg.seed)
     started = time.time()
     suite = make_suite(env_cfg, faults=False)  # the demonstrations are clean games, whatever the run injects
+    turns = demonstration_turns(tiny_cfg, env_cfg.name)
     demos = _play(
         suite,
         env_cfg,
         RandomPolicy(tiny_cfg.seed),
         "train",
         1_000_000 + tiny_cfg.seed * 10_000,
-        tiny_cfg.demo_turns,
+        turns,
         "tiny model: playing demonstrations",
     )
     pairs = list(zip(demos.prompt, demos.completion))  # (prompt, random admissible reply)
@@ -192,7 +199,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
     model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
-    validity = valid_action_rate(model, tokenizer, suite, env_cfg, turns=max(1, tiny_cfg.demo_turns // 10))
+    validity = valid_action_rate(model, tokenizer, suite, env_cfg, turns=min(CHECK_TURNS, max(1, turns // 10)))
 
     out_dir.mkdir(parents=True)
     model.save_pretrained(out_dir)
@@ -208,6 +215,21 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     }
     (out_dir / "warmup.json").write_text(json.dumps(report, indent=2))
     log.info("tiny model ready: %s", report)
+
+
+def demonstration_turns(tiny_cfg: Any, env_name: str) -> int:
+    """Turns of random admissible play the build learns from: `demo_turns` where it is set. Else, where the
+    environment plays in process, one turn for every row the warm-up trains on (and at least DEMO_TURNS), so that
+    no pair is trained on twice: a pair seen a dozen times is learned with its arbitrary random reply, and the model
+    no longer spreads over the admissible actions as the random policy does (docs/architecture.md, "The warm
+    start"). Else, on an engine, DEMO_TURNS."""
+    from agentrl.rollout.demonstrations import plays_in_process
+
+    if tiny_cfg.demo_turns is not None:
+        return tiny_cfg.demo_turns
+    if plays_in_process(env_name):
+        return max(DEMO_TURNS, tiny_cfg.warmup_steps * tiny_cfg.warmup_batch_size)
+    return DEMO_TURNS
 
 
 def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any):

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from agentrl.rollout.policies import chat_prompt_ids
-from agentrl.supervised import IGNORED, Schedule, fine_tune, pair_ids, sft_trainer
+from agentrl.supervised import IGNORED, Schedule, fine_tune, pair_ids, pairs_ids, sft_trainer
 from agentrl.tiny_model import build_tokenizer
 
 PAIRS = [
@@ -78,6 +78,13 @@ def test_pair_ids_are_rls_prompt_then_the_reply_and_its_end_token(tokenizer):
     assert short_mask.count(0) == 5 and short_ids[:5] == prompt_ids[-5:] and short_mask.count(1) == mask.count(1)
 
 
+def test_batched_ids_are_the_one_by_one_ids(tokenizer):
+    long_prompt = (PAIRS[0][0] + " ") * 6  # cut at its start, as one by one
+    pairs = [*PAIRS, (long_prompt, "<action>look</action>")]
+    for budget in (5, 64, 10_000):
+        assert pairs_ids(tokenizer, pairs, budget) == [pair_ids(tokenizer, p, r, budget) for p, r in pairs]
+
+
 def test_the_trainers_labels_mask_the_prompt_and_keep_the_reply(tokenizer, tmp_path):
     trainer = sft_trainer(_model(tokenizer), tokenizer, PAIRS, _schedule(), str(tmp_path))
     batch = next(iter(trainer.get_train_dataloader()))
@@ -128,3 +135,42 @@ def test_no_steps_or_no_pairs_leave_the_model_as_it_is(tokenizer):
     model = _model(tokenizer)
     assert fine_tune(model, tokenizer, PAIRS, _schedule(steps=0)) == (model, [])
     assert fine_tune(model, tokenizer, [], _schedule()) == (model, [])
+
+
+def _first_step_gradients(trainer) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient at the first optimizer step (before clipping is applied to the weights)."""
+    from transformers import TrainerCallback
+
+    grads: dict[str, torch.Tensor] = {}
+
+    class Grab(TrainerCallback):
+        def on_pre_optimizer_step(self, args, state, control, model=None, **kwargs):
+            if not grads:
+                grads.update({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+
+    trainer.add_callback(Grab())
+    trainer.train()
+    return grads
+
+
+def test_on_cpu_the_full_logits_loss_has_trls_gradients(tokenizer, tmp_path):
+    """agentrl's CPU trainer (the model's own loss from full logits) and TRL's fused LM head give the same first
+    step: the whole data set is one batch, so the two see the same rows."""
+    from trl import SFTTrainer
+
+    from agentrl.supervised import pair_dataset, sft_config
+
+    schedule = _schedule(steps=1, batch_size=len(PAIRS))
+    ours = sft_trainer(_model(tokenizer), tokenizer, PAIRS, schedule, str(tmp_path / "ours"))
+    assert type(ours).__name__ == "FullLogitsSFTTrainer"
+    trls = SFTTrainer(
+        model=_model(tokenizer),
+        args=sft_config(schedule, str(tmp_path / "trl")),
+        train_dataset=pair_dataset(tokenizer, PAIRS, schedule.max_prompt_tokens),
+        processing_class=tokenizer,
+    )
+    expected, got = _first_step_gradients(trls), _first_step_gradients(ours)
+    assert expected.keys() == got.keys() and len(got) > 5
+    for name, grad in expected.items():
+        assert torch.allclose(got[name], grad, rtol=1e-4, atol=1e-7), name
+    assert ours.state.log_history[0]["loss"] == pytest.approx(trls.state.log_history[0]["loss"], rel=1e-5)
