@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from agentrl.errors import user_errors
+from agentrl.errors import interrupt_says, user_errors
 
 app = typer.Typer(
     help="Reinforcement learning for LLM agents in multi-turn environments, driven by Hydra configs.",
@@ -62,7 +62,11 @@ def sft(ctx: typer.Context) -> None:
 
         return run_sft(cfg)
 
-    with user_errors():
+    stopped = (
+        "agentrl sft: stopped on SIGINT; no model was written (the fine-tuned model and sft.json are written only "
+        "when the job ends); the run folder keeps its record (run.json, config.yaml)"
+    )
+    with user_errors(), interrupt_says(stopped):
         run_hydra("sft", list(ctx.args), entry)
 
 
@@ -96,7 +100,11 @@ def evaluate(
 
         return evaluate_from_config(cfg)
 
-    with user_errors():
+    stopped = (
+        "agentrl eval: stopped on SIGINT; nothing was written (eval.json and trajectories.jsonl are written only "
+        "when the evaluation ends)"
+    )
+    with user_errors(), interrupt_says(stopped):
         run_hydra("eval", args, entry)
 
 

@@ -29,6 +29,16 @@ class Stopped(BaseException):
         self.exit_code = exit_code
 
 
+@contextmanager
+def interrupt_says(line: str):
+    """A Ctrl-C (SIGINT) inside ends the command with `line` (what stopped, what was kept) and exit code 130, where
+    it would end silently. For commands that write their results only at the end (`agentrl eval`, `agentrl sft`)."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise Stopped(line, 130) from None
+
+
 def debug_enabled() -> bool:
     return os.environ.get("AGENTRL_DEBUG", "") not in ("", "0")
 

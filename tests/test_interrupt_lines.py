@@ -1,0 +1,82 @@
+"""Ctrl-C during `agentrl eval` and `agentrl sft` ends with one line that says it stopped and what was kept, exit code
+130, and nothing half-written (both write their results only when they end)."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.conftest import cli_env
+
+pytestmark = pytest.mark.slow
+
+
+def interrupted(cache_dir, cwd, *args: str, started: str) -> tuple[int, list[str]]:
+    """Run `agentrl ARGS`, send SIGINT once an output line contains `started`; (exit code, the output's lines)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.cli", *args],
+        cwd=cwd,
+        env={**cli_env(cache_dir), "WANDB_MODE": "disabled"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    lines: list[str] = []
+    seen = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if started in line:
+                seen.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert seen.wait(300), "\n".join(lines[-20:])
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    code = proc.wait(timeout=60)
+    reader.join(timeout=10)
+    return code, [line for line in lines if line.strip()]
+
+
+def test_ctrl_c_during_eval_says_it_stopped_and_writes_nothing(cache_dir, tmp_path):
+    out = tmp_path / "eval"
+    code, lines = interrupted(
+        cache_dir,
+        tmp_path,
+        "eval",
+        "--random",
+        "eval.num_tasks=20000",
+        f"hydra.run.dir={out}",
+        started="from the command line:",  # the protocol is printed: the evaluation starts
+    )
+    assert code == 130, lines[-10:]
+    assert lines[-1].startswith("agentrl eval: stopped on SIGINT; nothing was written"), lines[-10:]
+    assert "Traceback" not in "\n".join(lines)
+    assert not (out / "eval.json").exists() and not (out / "trajectories.jsonl").exists()
+
+
+def test_ctrl_c_during_sft_says_it_stopped_and_writes_no_model(cache_dir, tmp_path):
+    run = tmp_path / "sft"
+    code, lines = interrupted(
+        cache_dir,
+        tmp_path,
+        "sft",
+        "+debug=fast",
+        "env.level=easy",
+        "sft.episodes=24",
+        "sft.epochs=200",  # long enough to be interrupted while fine-tuning
+        "eval.num_tasks=8",
+        f"hydra.run.dir={run}",
+        started="sft: fine-tuning on the expert's actions: step",
+    )
+    assert code == 130, lines[-10:]
+    assert lines[-1].startswith("agentrl sft: stopped on SIGINT; no model was written"), lines[-10:]
+    assert "Traceback" not in "\n".join(lines)
+    assert not (run / "model").exists() and not (run / "sft.json").exists() and (run / "run.json").is_file()
