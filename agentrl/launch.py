@@ -113,12 +113,24 @@ def _parse(parser, overrides: list[str], multirun: bool) -> list:
     try:
         parsed = parser.parse_overrides(overrides)
     except Exception as err:  # OverrideParseException and friends
-        raise UserError(first_line(str(err))) from None
+        raise UserError(first_line(str(err)) + _split_value_hint(overrides)) from None
     try:
         ConfigLoaderImpl.validate_sweep_overrides_legal(parsed, RunMode.MULTIRUN if multirun else RunMode.RUN, True)
     except Exception as err:  # Hydra's advice follows on the next lines: keep it, on one
         raise UserError(" ".join(str(err).split())) from None
     return parsed
+
+
+def _split_value_hint(overrides: list[str]) -> str:
+    """Where a word without '=' follows an override whose value is a path, the shell has most likely split the path
+    at a space (`hydra.run.dir=runs/my run`): say how to quote it."""
+    for before, word in zip(overrides, overrides[1:]):
+        if "=" in before and "/" in before.split("=", 1)[1] and "=" not in word and not word.startswith(("~", "+")):
+            whole = f"{before} {word}"
+            return (
+                f"; '{word}' is no override: if it belongs to the value before it, quote the whole override: '{whole}'"
+            )
+    return ""
 
 
 def _values(override) -> list[str]:

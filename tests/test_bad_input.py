@@ -68,6 +68,10 @@ CASES = {
     "no epochs": (lambda t: ["train", "trainer.epochs=0"], "trainer.epochs must be >= 1"),
     "dual clip that cannot cap": (lambda t: ["train", "algo.dual_clip=1"], "algo.dual_clip"),
     "negative KL clamp": (lambda t: ["train", "algo.kl_clamp=-1"], "algo.kl_clamp must be > 0 or null"),
+    "run path split at a space by the shell": (
+        lambda t: ["train", f"hydra.run.dir={t}/my", "run"],
+        "quote the whole override: 'hydra.run.dir=",
+    ),
 }
 
 
