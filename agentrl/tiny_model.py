@@ -100,7 +100,13 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     make_cache_folder(target.parent)
     staging = target.parent / f".{target.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    log.info("building the tiny model in %s (first use; cached afterwards)", target)
+    log.info(
+        "building the tiny model in %s first (first use; cached afterwards): %d turns of random play, then %d warm-up "
+        "steps; about 2 minutes on 2 cores for household, longer where an engine plays the turns",
+        target,
+        demonstration_turns(tiny_cfg, env_cfg.name),
+        tiny_cfg.warmup_steps,
+    )
     build_tiny_model(tiny_cfg, env_cfg, staging)
     try:
         staging.rename(target)
