@@ -133,6 +133,9 @@ class PolicyKind(str, Enum):
 
 SEED = Interval(ge=0, lt=2**31)  # numpy's seeds end at 2**32; ranks add their index to some seeds
 PORT = Interval(ge=1, le=65535)
+# An episode's turn limit: the tiny model's build check and every rollout play episodes to it, so a huge one would
+# keep a run's start busy for hours (household's levels take 10-30 turns, ALFWorld's reference 50).
+EPISODE_STEPS = Interval(ge=1, le=1000)
 SHARE = Interval(ge=0, le=1)
 
 
@@ -160,7 +163,7 @@ class EnvConfig:
     name: str = field(default=MISSING, metadata=valid(MinLen(1)))
     history_length: int = checked(2, Ge(0))  # last H observation/action pairs in the prompt (reference: 2)
     prompt_template: str = checked("alfworld", TEMPLATES)  # see agentrl/rollout/prompts.py
-    max_steps: int | None = checked(None, Ge(1))  # None: the environment's own default
+    max_steps: int | None = checked(None, EPISODE_STEPS)  # None: the environment's own default
     num_workers: int = checked(0, Ge(0))  # environment worker processes; 0 runs them in the trainer's process
     step_timeout_s: float = checked(60.0, Gt(0))  # a reset or step slower than this ends its episode as failed
     # probability that an episode's environment raises, at its reset or a step (fault injection for tests)
@@ -185,7 +188,7 @@ class HouseholdTeamEnvConfig(HouseholdEnvConfig):
 @dataclass
 class AlfworldEnvConfig(EnvConfig):
     name: str = checked("alfworld", MinLen(1))
-    max_steps: int | None = checked(50, Ge(1))  # reference: 50
+    max_steps: int | None = checked(50, EPISODE_STEPS)  # reference: 50
     # a download laid out as json_2.1.1/...; None: $ALFWORLD_DATA, else generated games
     data_dir: str | None = checked(None, MinLen(1))
     generated_per_type: int = checked(10, Ge(1))  # synthetic games per task type and split, when there is no download
@@ -195,7 +198,7 @@ class AlfworldEnvConfig(EnvConfig):
 @dataclass
 class ScienceworldEnvConfig(EnvConfig):
     name: str = checked("scienceworld", MinLen(1))
-    max_steps: int | None = checked(30, Ge(1))  # EPO's script: max_steps=30 for sciworld
+    max_steps: int | None = checked(30, EPISODE_STEPS)  # EPO's script: max_steps=30 for sciworld
     prompt_template: str = checked("scienceworld", TEMPLATES)
     # the reference's preset; "" for none, or a comma list (teleportAction,...): any string, the engine checks it
     simplifications: str = checked("easy")

@@ -255,7 +255,8 @@ def test_an_output_folder_that_cannot_be_made_is_one_line(case, tmp_path):
 @pytest.mark.parametrize(
     "args,expected",
     [
-        (["env.max_steps=0"], "env.max_steps must be >= 1 or null, got 0"),
+        (["env.max_steps=0"], "env.max_steps must be in [1, 1000] or null, got 0"),
+        (["env.max_steps=100000000"], "env.max_steps must be in [1, 1000] or null, got 100000000"),
         (["model.tiny.num_heads=3"], "model.tiny.num_heads=3"),
         (["trainer.learning_rate=inf"], "trainer.learning_rate must be a finite number"),
         (["logger.project="], "logger.project"),
