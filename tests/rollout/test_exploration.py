@@ -15,6 +15,7 @@ from agentrl.rollout.demonstrations import action_reply
 from agentrl.rollout.exploration import AdmissibleProbe, admissible_spread, reply_logprobs
 from agentrl.rollout.policies import chat_prompt_ids
 from agentrl.tiny_model import build_tokenizer
+from tests.test_supervised import _model
 
 PROMPT = "You are in the kitchen. You see a fridge 1 and a table 1. Actions: go to fridge 1, take apple from table 1"
 ACTIONS = ["go to fridge 1", "take apple from table 1", "open fridge 1", "look"]
@@ -27,22 +28,7 @@ def tokenizer():
 
 @pytest.fixture(scope="module")
 def model(tokenizer):
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=512,
-        tie_word_embeddings=True,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    return Qwen2ForCausalLM(config).eval()
+    return _model(tokenizer).eval()  # the small Qwen2 of the supervised tests
 
 
 def plain_logprob(model, tokenizer, prompt: str, reply: str) -> float:
