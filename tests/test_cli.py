@@ -74,7 +74,7 @@ def test_tiny_recipe_survives_the_algo_preset(hydra_conf):
         (["trainer.group_size=0"], "trainer.group_size must be >= 1"),
         (["trainer.group_size=1"], "nothing to compare"),
         (["env.level=impossible"], "env.level='impossible' is unknown; choose one of easy, default"),
-        (["env.max_steps=0"], "env.max_steps must be >= 1 or null, got 0"),
+        (["env.max_steps=0"], "env.max_steps must be in [1, 1000] or null, got 0"),
         (["model.tiny.num_heads=3"], "must split into model.tiny.num_heads=3 heads"),
         (["trainer.learning_rate=nan"], "trainer.learning_rate must be a finite number"),
         (["seed=0,1,oops"], "seed"),  # every value of a sweep is checked
