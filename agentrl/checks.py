@@ -35,12 +35,21 @@ from agentrl.config import (
     VllmMode,
     plain_value,
 )
+from agentrl.cpu import native_bf16
 from agentrl.errors import UserError
 
 # The strategies accelerate runs without GPUs. It takes its FSDP and DeepSpeed paths on accelerators only: on
 # CPU, ranks launched with an FSDP config would each train alone, unsharded, and say nothing.
 # (tests/train/fsdp_on_cpu adds fsdp here for its ranks, where it makes accelerate shard over gloo.)
 STRATEGIES_ON_CPU = {Strategy.ddp}
+
+
+def check_cpu_precision(device: str, precision: str) -> None:
+    """On a CPU: fp32, or bf16 (autocast; check_host asks the CPU for bf16 instructions)."""
+    if device != Device.cpu or precision == Precision.fp32:
+        return
+    if precision != Precision.bf16:
+        raise UserError(f"hardware.precision={precision} needs a GPU; on CPU use fp32 or bf16")
 
 
 def check_config(cfg: Any) -> None:
@@ -165,10 +174,7 @@ def check_cross_fields(cfg: Any) -> None:
                 f"(each rank takes an equal share of every mini-batch), or null; got {t.mini_batch_size}"
             )
         check_algo(cfg.algo)
-    if plain_value(cfg.hardware.device) == Device.cpu and plain_value(cfg.hardware.precision) != Precision.fp32:
-        raise UserError(
-            f"hardware.precision={plain_value(cfg.hardware.precision)} needs a GPU; on CPU use fp32 (hardware=cpu)"
-        )
+    check_cpu_precision(plain_value(cfg.hardware.device), plain_value(cfg.hardware.precision))
     strategy = plain_value(cfg.hardware.strategy)
     if plain_value(cfg.hardware.device) == Device.cpu and strategy not in STRATEGIES_ON_CPU:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
@@ -302,6 +308,12 @@ def check_host(cfg: Any) -> None:
             raise UserError("hardware.device=cuda needs a CUDA GPU, and this machine has none; use hardware=cpu")
         if gpus < hw.num_processes:
             raise UserError(f"hardware.num_processes={hw.num_processes} needs as many GPUs; this machine has {gpus}")
+    if plain_value(hw.device) == Device.cpu and plain_value(hw.precision) == Precision.bf16 and not native_bf16():
+        # without them torch emulates bf16 in fp32 arithmetic, slower than fp32 itself
+        raise UserError(
+            "hardware.precision=bf16 on CPU needs bf16 instructions (AVX512-BF16 or AMX), which this CPU lacks; "
+            "use hardware.precision=fp32"
+        )
     if plain_value(cfg.rollout.backend) == Backend.vllm:
         check_vllm(cfg.rollout, hw)
 

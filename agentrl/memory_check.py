@@ -43,7 +43,8 @@ def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
     strategy = plain_value(hw.strategy) if ranks > 1 else "ddp"
     lora = cfg.model.lora
     return mp.Workload(
-        bytes_per_value=mp.FP32 if plain_value(hw.precision) == "fp32" else 2,
+        # a CPU keeps fp32 weights whatever the precision (bf16 there is autocast: models.weights_precision)
+        bytes_per_value=mp.FP32 if plain_value(hw.precision) == "fp32" or device == "cpu" else 2,
         device=device,
         micro_batch_rows=rows,
         max_prompt_tokens=r.max_prompt_tokens,

@@ -80,6 +80,13 @@ def load_model(source: str, precision: str = "fp32", device: str = "cpu"):
     return model.to(device)
 
 
+def weights_precision(precision: str, device: str) -> str:
+    """The dtype the trained weights are kept in. On a GPU, hardware.precision's (bf16 weights, no fp32 master
+    copy). On a CPU always fp32: bf16 there is autocast (accelerate's, in the passes TRL and agentrl run), so
+    AdamW's small steps are not lost to bf16's 8-bit mantissa."""
+    return "fp32" if device == "cpu" else precision
+
+
 def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
     """(model, tokenizer) for `model=...` on `hardware=...`."""
     if plain_value(hardware_cfg.device) == "cuda":
@@ -94,7 +101,8 @@ def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
         torch.backends.cuda.enable_cudnn_sdp(False)
     source = resolve_model_source(model_cfg, env_cfg)
     tokenizer = load_tokenizer(source)
-    model = load_model(source, plain_value(hardware_cfg.precision), plain_value(hardware_cfg.device))
+    device = plain_value(hardware_cfg.device)
+    model = load_model(source, weights_precision(plain_value(hardware_cfg.precision), device), device)
     return model, tokenizer
 
 

@@ -18,7 +18,19 @@ PACKAGE = REPO / "agentrl"
 
 # docs/architecture.md, "Import layers": the first layer is the lowest
 LAYERS = [
-    {"errors", "cache", "ranks", "checkpoints", "metrics_log", "hydra_paths", "progress", "plots", "study", "health"},
+    {
+        "errors",
+        "cache",
+        "ranks",
+        "cpu",
+        "checkpoints",
+        "metrics_log",
+        "hydra_paths",
+        "progress",
+        "plots",
+        "study",
+        "health",
+    },
     {"algos"},
     {"envs"},
     {"rollout"},

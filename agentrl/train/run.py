@@ -22,6 +22,8 @@ from typing import Any
 
 from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
+from agentrl.config import plain_value
+from agentrl.cpu import set_torch_threads
 from agentrl.errors import Stopped
 from agentrl.hydra_paths import check_writable
 from agentrl.memory_check import check_memory
@@ -112,6 +114,10 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
     from agentrl.train.trainer import AgentTrainer
 
     set_seed(cfg.seed)
+    if plain_value(cfg.hardware.device) == "cpu":
+        threads = set_torch_threads(cfg.hardware.num_processes)  # every rank of hardware=cpu_ddp shares this machine
+        if main_rank:
+            log.info(threads)
     checkpoint = resume_checkpoint(cfg.trainer.resume, folder)
     if checkpoint is not None and main_rank:
         step = truncate_metrics(folder, checkpoint)

@@ -1,0 +1,67 @@
+"""What this CPU offers a run: the cores it may use, torch's thread count from them, native bf16.
+
+Pure reads of the machine (the scheduler's affinity, the cgroup's CPU quota, /proc/cpuinfo's flags) and one
+setter; no agentrl import.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from pathlib import Path
+
+# The instructions that make bf16 matmuls fast (oneDNN's AVX512-BF16 and AMX kernels); without them torch
+# emulates bf16 in fp32 and a bf16 run is slower than fp32.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def available_cores() -> int:
+    """Cores this process may run on: its affinity mask, cut to the cgroup's CPU quota where one is set."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    quota = _cgroup_quota()
+    return max(1, min(cores, quota)) if quota else max(1, cores)
+
+
+def _cgroup_quota() -> int | None:
+    """The cgroup (v2) CPU quota in whole cores, rounded up; None where there is none or it cannot be read."""
+    try:
+        limit, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+    except (OSError, ValueError):
+        return None
+    if limit == "max":
+        return None
+    return math.ceil(int(limit) / int(period))
+
+
+def cpu_flags() -> set[str]:
+    """The flags /proc/cpuinfo lists for the first core; empty where there is no such file."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def native_bf16() -> bool:
+    """Whether this CPU has bf16 matmul instructions (AVX512-BF16 or AMX-BF16)."""
+    return any(flag in cpu_flags() for flag in BF16_FLAGS)
+
+
+def set_torch_threads(ranks_here: int = 1) -> str:
+    """Set torch's intra-op threads to this process's share of the available cores (shared equally by the ranks
+    on this machine) and return the line that says so. An OMP_NUM_THREADS the user (or a launcher) set wins."""
+    import torch
+
+    cores = available_cores()
+    if os.environ.get("OMP_NUM_THREADS", "").strip():
+        return f"torch threads: {torch.get_num_threads()} (OMP_NUM_THREADS; {cores} cores available)"
+    threads = max(1, cores // max(1, ranks_here))
+    torch.set_num_threads(threads)
+    share = f", shared by {ranks_here} ranks" if ranks_here > 1 else ""
+    return f"torch threads: {threads} ({cores} cores available{share})"
