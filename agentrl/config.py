@@ -432,6 +432,7 @@ class TrainerConfig:
     resume: str | None = checked(
         None, MinLen(1)
     )  # "auto": this run folder's newest complete checkpoint; or a checkpoint/run folder
+    overwrite: bool = False  # a run folder that holds a run is refused; true deletes that run's files first
     # consecutive updates with a non-finite loss or advantage that are skipped before the run stops
     max_nonfinite_updates: int = checked(3, Ge(1))
 

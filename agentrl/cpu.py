@@ -13,6 +13,8 @@ from pathlib import Path
 # The instructions that make bf16 matmuls fast (oneDNN's AVX512-BF16 and AMX kernels); without them torch
 # emulates bf16 in fp32 and a bf16 run is slower than fp32.
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+CPUINFO = Path("/proc/cpuinfo")
+CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
 
 
 def available_cores() -> int:
@@ -28,7 +30,7 @@ def available_cores() -> int:
 def _cgroup_quota() -> int | None:
     """The cgroup (v2) CPU quota in whole cores, rounded up; None where there is none or it cannot be read."""
     try:
-        limit, period = Path("/sys/fs/cgroup/cpu.max").read_text().split()[:2]
+        limit, period = CGROUP_CPU_MAX.read_text().split()[:2]
     except (OSError, ValueError):
         return None
     if limit == "max":
@@ -39,7 +41,7 @@ def _cgroup_quota() -> int | None:
 def cpu_flags() -> set[str]:
     """The flags /proc/cpuinfo lists for the first core; empty where there is no such file."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        text = CPUINFO.read_text()
     except OSError:
         return set()
     for line in text.splitlines():

@@ -8,7 +8,8 @@
    the model's layers for a micro-batch of tokens (hidden x hidden, hidden x intermediate and back, hidden x
    vocabulary), each the median over a second of repeats; the peak of each dtype is the best of those shapes. And the memory bandwidth (a large copy),
    which bounds generation's decode steps: each step reads every weight once.
-2. Each arm (`--arms`: fp32 is today's path, bf16 is `hardware.precision=bf16`) trains `--iterations`
+2. Each arm (`--arms`: fp32 is today's path, bf16 is `hardware.precision=bf16`, the _lora arms add
+   `model.lora.enabled=true`) trains `--iterations`
    iterations of `agentrl train +experiment=smollm2_household_cpu` (the converted SmolLM2-135M-Instruct, or
    `--model-path`, with evaluation and checkpoints off) in a process of its own, one arm after the other, and
    times each phase by wrapping methods in that process (no file is changed): `generate`, the old and the
@@ -20,7 +21,8 @@
    arm follows.
 
 FLOPs: a forward pass computes 2 x (the parameters of the linear layers, the LM head included) per token plus
-the attention scores and mixing, 4 x layers x hidden x width per token; the backward pass twice the forward.
+the attention scores and mixing, 4 x layers x hidden x width per token; the backward pass twice the forward
+(once with LoRA, whose backward computes no gradient for the frozen weights; the adapters' own are left out).
 """
 
 from __future__ import annotations
@@ -38,14 +40,19 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-ARMS = {"fp32": ["hardware.precision=fp32"], "bf16": ["hardware.precision=bf16"]}
+ARMS = {
+    "fp32": ["hardware.precision=fp32"],
+    "bf16": ["hardware.precision=bf16"],
+    "bf16_lora": ["hardware.precision=bf16", "model.lora.enabled=true"],  # rank 16 on every linear layer
+    "fp32_lora": ["hardware.precision=fp32", "model.lora.enabled=true"],
+}
 PHASES = ("generate", "old_logps", "ref_logps", "forward_backward", "optimizer")
 GB = 1e9
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS), help="paths to time, in order")
+    p.add_argument("--arms", nargs="+", default=["fp32", "bf16"], choices=list(ARMS), help="paths to time, in order")
     p.add_argument("--iterations", type=int, default=4, help="per arm; the median leaves out the first")
     p.add_argument("--experiment", default="smollm2_household_cpu", help="the +experiment= recipe")
     p.add_argument("--model-path", help="model.path (default: the recipe's model, converted on first use)")
@@ -267,7 +274,7 @@ def model_shape_of(run_dir: Path) -> dict:
 # ------------------------------------------------------------------ the report
 
 
-def phase_figures(it: dict, shape: dict, peak: float, bandwidth: float, weight_bytes: int) -> dict:
+def phase_figures(it: dict, shape: dict, peak: float, bandwidth: float, weight_bytes: int, lora: bool) -> dict:
     """Each phase's FLOPs, GFLOP/s and share of `peak` for one iteration's counts."""
     per_token = 2 * shape["linear_params"]
     per_attention = 4 * shape["layers"] * shape["hidden"]
@@ -283,7 +290,7 @@ def phase_figures(it: dict, shape: dict, peak: float, bandwidth: float, weight_b
             tokens = it[f"{phase}_tokens"]
         flops = per_token * tokens + per_attention * it[f"{phase}_attention"]
         if phase == "forward_backward":
-            flops *= 3
+            flops *= 2 if lora else 3  # LoRA's backward skips the frozen weights' gradients
         figures = {"s": seconds, "gflop": flops / GB, "gflops": flops / GB / seconds if seconds else 0.0}
         figures["share"] = figures["gflops"] / peak if seconds else 0.0
         if phase == "generate" and seconds:
@@ -296,12 +303,13 @@ def phase_figures(it: dict, shape: dict, peak: float, bandwidth: float, weight_b
 
 def summarize(stats: dict, ceil: dict) -> dict:
     """The median over the iterations after the first (all of them if there is one) of each figure."""
-    shape, dtype = stats["shape"], stats["arm"]
+    shape, arm = stats["shape"], stats["arm"]
+    dtype, lora = arm.split("_")[0], arm.endswith("_lora")
     peak, bandwidth = ceil[f"{dtype}_peak_gflops"], ceil["bandwidth_gbs"]
     # generation reads the weights in the dtype they are kept in: fp32 on a CPU, whatever the arm
     weight_bytes = 4 * (shape["linear_params"])
     iterations = stats["iterations"][1:] or stats["iterations"]
-    figures = [phase_figures(it, shape, peak, bandwidth, weight_bytes) for it in iterations]
+    figures = [phase_figures(it, shape, peak, bandwidth, weight_bytes, lora) for it in iterations]
 
     def median(get):
         return statistics.median(get(f) for f in figures)
@@ -318,7 +326,7 @@ def summarize(stats: dict, ceil: dict) -> dict:
     totals["update_tokens"] = statistics.median(it["forward_backward_tokens"] for it in iterations)
     totals["iteration_s"] = round(statistics.median(it["rollout_s"] + it["update_s"] for it in iterations), 2)
     return {
-        "arm": dtype,
+        "arm": arm,
         "iterations_measured": len(iterations),
         "iteration_s_each": [round(it["rollout_s"] + it["update_s"], 1) for it in stats["iterations"]],
         "rows": statistics.median(it["rows"] or 0 for it in iterations),

@@ -24,6 +24,7 @@ LAYERS = [
         "ranks",
         "cpu",
         "checkpoints",
+        "run_folder",
         "metrics_log",
         "hydra_paths",
         "progress",

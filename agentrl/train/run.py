@@ -28,6 +28,7 @@ from agentrl.errors import Stopped
 from agentrl.hydra_paths import check_writable
 from agentrl.memory_check import check_memory
 from agentrl.plots import plot_run
+from agentrl.run_folder import RunLock, claim
 from agentrl.train import distributed, stopping
 
 log = logging.getLogger(__name__)
@@ -58,16 +59,21 @@ def run_job(cfg: Any) -> float:
     hydra_cfg = HydraConfig.get()
     folder = Path(hydra_cfg.runtime.output_dir)
     check_writable(folder, "hydra.run.dir")  # a job of a sweep or of submitit makes its own folder
-    if distributed.needs_launch(cfg.hardware):
-        check_memory(cfg)  # before any rank starts
-        resolve_model_source(cfg.model, cfg.env)  # build the tiny model once here, not in every rank at the same time
-        return distributed.launch_ranks(cfg, list(hydra_cfg.overrides.task), folder)
-    run = setup(cfg)
+    # the launching process holds the folder for its ranks; nothing is written there before this
+    lock = RunLock(None) if distributed.is_rank_process() else claim(folder, cfg)
     try:
-        train(run)
+        if distributed.needs_launch(cfg.hardware):
+            check_memory(cfg)  # before any rank starts
+            resolve_model_source(cfg.model, cfg.env)  # build the tiny model once here, not in every rank at once
+            return distributed.launch_ranks(cfg, list(hydra_cfg.overrides.task), folder)
+        run = setup(cfg)
+        try:
+            train(run)
+        finally:
+            run.request.uninstall()
+        success = finish(run)
     finally:
-        run.request.uninstall()
-    success = finish(run)
+        lock.release()
     # A rank leaves its process group before the interpreter exits: left to finalization, gloo's threads can abort
     # the process (SIGABRT, "terminate called without an active exception") after the run has finished. Only on
     # this path: after an error the other rank may still be in a collective, and leaving could hang.

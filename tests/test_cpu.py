@@ -1,0 +1,94 @@
+"""The CPU's offer (agentrl/cpu.py) and hardware.precision on a CPU: threads, native bf16, the checks."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from agentrl import cpu
+from agentrl.checks import check_host
+from agentrl.errors import UserError
+from agentrl.launch import preflight
+
+
+def test_available_cores_is_within_the_machine():
+    assert 1 <= cpu.available_cores() <= (os.cpu_count() or 1)
+
+
+@pytest.mark.parametrize("text,expected", [("max 100000\n", None), ("150000 100000\n", 2), ("50000 100000", 1)])
+def test_the_cgroup_quota_rounds_up_to_whole_cores(tmp_path, monkeypatch, text, expected):
+    (tmp_path / "cpu.max").write_text(text)
+    monkeypatch.setattr(cpu, "CGROUP_CPU_MAX", tmp_path / "cpu.max")
+    assert cpu._cgroup_quota() == expected
+
+
+def test_a_quota_caps_the_cores(monkeypatch):
+    monkeypatch.setattr(cpu, "_cgroup_quota", lambda: 1)
+    assert cpu.available_cores() == 1
+
+
+@pytest.mark.parametrize(
+    "flags,native", [("fpu avx2 avx512f", False), ("fpu avx512f avx512_bf16", True), ("fpu amx_bf16 amx_tile", True)]
+)
+def test_native_bf16_reads_the_cpu_flags(tmp_path, monkeypatch, flags, native):
+    (tmp_path / "cpuinfo").write_text(f"processor\t: 0\nflags\t\t: {flags}\n\nprocessor\t: 1\nflags\t\t: fpu\n")
+    monkeypatch.setattr(cpu, "CPUINFO", tmp_path / "cpuinfo")
+    assert cpu.native_bf16() is native
+
+
+def test_no_cpuinfo_means_no_native_bf16(tmp_path, monkeypatch):
+    monkeypatch.setattr(cpu, "CPUINFO", tmp_path / "missing")
+    assert cpu.native_bf16() is False
+
+
+def test_threads_follow_the_cores_and_their_ranks(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(cpu, "available_cores", lambda: 4)
+    try:
+        assert cpu.set_torch_threads() == "torch threads: 4 (4 cores available)"
+        assert torch.get_num_threads() == 4
+        assert cpu.set_torch_threads(ranks_here=2) == "torch threads: 2 (4 cores available, shared by 2 ranks)"
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_omp_num_threads_wins(monkeypatch):
+    before = torch.get_num_threads()
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    torch.set_num_threads(1)
+    try:
+        line = cpu.set_torch_threads()
+        assert line.startswith("torch threads: 1 (OMP_NUM_THREADS")
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_fp16_on_cpu_is_one_line():
+    with pytest.raises(UserError, match=r"^hardware.precision=fp16 needs a GPU; on CPU use fp32 or bf16$"):
+        preflight("train", ["hardware.precision=fp16"])
+
+
+def test_bf16_on_a_cpu_without_the_instructions_is_refused_when_the_run_starts(monkeypatch):
+    cfg = preflight("train", ["hardware.precision=bf16"])  # the machine that runs it is asked when the run starts
+    monkeypatch.setattr("agentrl.checks.native_bf16", lambda: False)
+    with pytest.raises(UserError) as err:
+        check_host(cfg)
+    assert str(err.value) == (
+        "hardware.precision=bf16 on CPU needs bf16 instructions (AVX512-BF16 or AMX), which this CPU lacks; "
+        "use hardware.precision=fp32"
+    )
+    monkeypatch.setattr("agentrl.checks.native_bf16", lambda: True)
+    check_host(cfg)
+
+
+def test_a_cpu_keeps_fp32_weights_under_bf16():
+    from agentrl.models import weights_precision
+
+    assert weights_precision("bf16", "cpu") == "fp32"
+    assert weights_precision("bf16", "cuda") == "bf16"
+    assert weights_precision("fp32", "cpu") == "fp32"
