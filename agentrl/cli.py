@@ -230,7 +230,13 @@ def report(
 
     from agentrl.report import build_report, write_report_json
     from agentrl.report_plot import plot_curves
-    from agentrl.report_table import failed_lines, render_agent_table, render_table, warning_lines
+    from agentrl.report_table import (
+        failed_lines,
+        render_agent_table,
+        render_table,
+        unfinished_lines,
+        warning_lines,
+    )
 
     with user_errors():
         result = build_report(Path(path), metric, threshold)
@@ -243,7 +249,7 @@ def report(
         console.print(render_table(result))
         if (by_agent := render_agent_table(result)) is not None:
             console.print(by_agent)
-        for line in failed_lines(result) + warning_lines(result):
+        for line in unfinished_lines(result) + failed_lines(result) + warning_lines(result):
             typer.echo(line)
         typer.echo(f"numbers: {summary}")
         typer.echo(f"learning curves: {png}")

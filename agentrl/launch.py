@@ -306,6 +306,27 @@ def _unset_parent(config_name: str, lines: list[str]) -> str | None:
 # --------------------------------------------------------------------------- the Hydra entry point
 
 
+def with_config_dir(overrides: list[str], config_dir_flag: str | None) -> list[str]:
+    """The overrides as preflight must compose them: `--config-dir DIR` is on Hydra's search path for the job (so
+    `+experiment=NAME` finds DIR/experiment/NAME.yaml), and preflight composes from agentrl's own conf/ alone, so
+    DIR joins `hydra.searchpath` here (at the end of a list the user gave)."""
+    if not config_dir_flag:
+        return overrides
+    folder = Path(config_dir_flag).expanduser()
+    if not folder.is_dir():
+        raise UserError(f"--config-dir {config_dir_flag} is not a folder")
+    entry = f"file://{folder.resolve()}"
+    out, joined = [], False
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "hydra.searchpath" and value.strip().startswith("[") and value.strip().endswith("]"):
+            inner = value.strip()[1:-1].strip()
+            override = f"{key}=[{inner + ',' if inner else ''}{entry}]"
+            joined = True
+        out.append(override)
+    return out if joined else [*out, f"hydra.searchpath=[{entry}]"]
+
+
 def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     """Run `entry(cfg)` under Hydra's own main, as if `args` were typed after the command; before any job,
     every override is checked (preflight) and the output folder too."""
@@ -321,7 +342,8 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     if command.runs_job:
         make_folder = not command.parsed.cfg  # --cfg prints the config; Hydra makes no folder for it
         name = command.parsed.config_name or config_name
-        preflight(name, command.overrides, command.parsed.multirun, make_folder, made)
+        overrides = with_config_dir(command.overrides, command.parsed.config_dir)
+        preflight(name, overrides, command.parsed.multirun, make_folder, made)
     sweep_dir = made[0] if made and command.parsed.multirun else None
     pinned = [f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"] if sweep_dir is not None else []
     if any(o.startswith("hydra.sweep.dir=") for o in command.overrides):

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from agentrl import health, metrics_log
+from agentrl import health, metrics_log, run_folder
 from agentrl.algos.credit_diagnostics import CREDIT_METRICS
 from agentrl.errors import UserError
 from agentrl.plots import write_file
@@ -45,7 +45,8 @@ class Run:  # one run folder, as read from disk
     records: list[dict] = field(default_factory=list)
     overrides: list[str] | None = None  # None: no .hydra/overrides.yaml (nor FAILED.json overrides)
     seed: Any = None
-    failed: str | None = None  # the error from FAILED.json, or None
+    failed: str | None = None  # the error from FAILED.json, or a crashed run's, or None
+    status: dict = field(default_factory=dict)  # run_folder.run_status: finished, stopped, crashed, killed, running
 
 
 def _natural_key(text: str) -> list:
@@ -105,8 +106,25 @@ def load_run(run_dir: Path, root: Path) -> Run:
     if seed is None:  # the last seed=... override
         seed = next((o.split("=", 1)[1] for o in reversed(overrides or []) if is_seed_override(o) and "=" in o), None)
     failed = None if failure is None else str(failure.get("error") or failure.get("type") or "FAILED.json (no message)")
+    status = run_folder.run_status(run_dir)
+    if failure is not None:
+        status = {**status, "status": "crashed", "line": failed}
+    elif status["status"] == "crashed":  # a single run's crash: it has no FAILED.json, its ended.json says it
+        failed = f"crashed after iteration {status['iteration']}: {status['line']}"
     name = run_dir.relative_to(root).as_posix() if run_dir != root else "."
-    return Run(run_dir, name, metrics_log.read_records(run_dir), overrides, seed, failed)
+    return Run(run_dir, name, metrics_log.read_records(run_dir), overrides, seed, failed, status)
+
+
+STATUSES = ("finished", "stopped", "killed", "running", "crashed")
+
+
+def status_text(run: Run) -> str:
+    """ "finished", "stopped after iteration 40 (the line)", "killed after iteration 12", ..."""
+    status, iteration, line = run.status.get("status", "killed"), run.status.get("iteration"), run.status.get("line")
+    if status == "finished":
+        return status
+    text = f"{status} after iteration {iteration}" if iteration is not None else status
+    return f"{text}: {line}" if line and status == "stopped" else text
 
 
 @dataclass
@@ -265,6 +283,15 @@ class Report:
     def failed(self) -> list[tuple[ConfigSummary, Run, str]]:
         return [(c, run, reason) for c in self.configs for run, reason in c.failed]
 
+    @property
+    def unfinished(self) -> list[tuple[ConfigSummary, Run]]:
+        """Summarised runs that did not finish (stopped, killed, still running): their "final" is where they ended."""
+        return [(c, r.run) for c in self.configs for r in c.runs if r.run.status.get("status", "killed") != "finished"]
+
+    def counts(self) -> dict[str, int]:
+        runs = [run for c in self.configs for run in c.config.runs]
+        return {status: sum(run.status.get("status", "killed") == status for run in runs) for status in STATUSES}
+
 
 def build_report(path: Path, metric: str = DEFAULT_METRIC, threshold: float = 0.5) -> Report:
     """Find, load, group and summarise the runs under `path`; UserError for what the user can fix."""
@@ -316,7 +343,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
             "credit": {m: curve for m in CREDIT if (curve := s.credit_curve(m))["iteration"]},
             "by_agent": s.by_agent(),
             "runs": [
-                {"path": r.run.name, "seed": r.run.seed, "final": r.final, "best": r.best}
+                {"path": r.run.name, "seed": r.run.seed, "status": r.run.status, "final": r.final, "best": r.best}
                 | {"iterations_to_threshold": r.to_threshold, "last_iteration": r.last_iteration}
                 | {"warnings": health.run_warnings(r.run.records)}
                 for r in s.runs
@@ -333,6 +360,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
         "credit": "step-credit diagnostics (credit/*): mean over the seeds that logged them, at their common iterations",
         "shared_overrides": report.shared,
         "configurations": configs,
+        "runs": report.counts(),
         "failed": [{"path": run.name, "configuration": c.label, "reason": reason} for c, run, reason in report.failed],
         "plot": str(plot) if plot is not None else None,
     }

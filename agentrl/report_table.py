@@ -4,7 +4,7 @@ team's figures per agent, a line per run that failed, and the learning-health wa
 from __future__ import annotations
 
 from agentrl import health
-from agentrl.report import AGENT_FIGURES, ConfigSummary, Report
+from agentrl.report import AGENT_FIGURES, ConfigSummary, Report, status_text
 
 
 def _fmt_value(mean: float | None, std: float | None) -> str:
@@ -67,6 +67,17 @@ def failed_lines(report: Report) -> list[str]:
     """One line per run that failed or logged no value of the metric."""
     header = [f"{len(report.failed)} run(s) failed or logged no {report.metric}:"] if report.failed else []
     return header + [f"  {run.name} [{config.label}]: {reason}" for config, run, reason in report.failed]
+
+
+def unfinished_lines(report: Report) -> list[str]:
+    """The counts of finished, stopped, killed and crashed runs, and one line per summarised run that did not
+    finish: its "final" is where it ended, which the table pools with the seeds that went on."""
+    counts = ", ".join(f"{n} {status}" for status, n in report.counts().items() if n)
+    lines = [f"runs: {counts}"]
+    if report.unfinished:
+        lines.append("not finished (their final value is where they ended; compare the last iter column):")
+        lines += [f"  {run.name} [{config.label}]: {status_text(run)}" for config, run in report.unfinished]
+    return lines
 
 
 def warning_lines(report: Report) -> list[str]:

@@ -8,6 +8,8 @@
 - `trainer.resume=auto` on a folder whose checkpoints are all damaged is refused (restarting would write a second
   run on top of the first one's metrics); one stopped before its first checkpoint starts again in place of its
   earlier records (the line a stop prints says so: "start again");
+- `record_end` writes how the run ended (`ended.json`), and `run_status` reads it back for `agentrl report`: a
+  run with no such record was killed, or is still running (its lock is held);
 - a resume compares the keys that give the checkpoint its meaning with the run's recorded config.yaml and
   refuses with one line that lists the differences (`MEANING`); the others may change (`MAY_CHANGE`).
 """
@@ -21,10 +23,12 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, latest_complete
 from agentrl.errors import UserError
 
 LOCK = "run.lock"
+ENDED = "ended.json"  # how the run ended: finished, stopped (a signal) or crashed, at which iteration, its line
 SLURM_JOB = "SLURM_JOB_ID"
 RUN_FILES = ("metrics.jsonl", "run.json", CHECKPOINTS)
 # What a checkpoint means: the algorithm and its estimator, the environment and its level, the model and its shape,
@@ -199,3 +203,30 @@ def _clear(folder: Path) -> None:
             shutil.rmtree(entry)
         else:
             entry.unlink()
+
+
+def record_end(folder: Path, status: str, line: str | None = None) -> None:
+    """Write `ended.json`: "finished", "stopped" or "crashed", the last iteration logged, and the run's last line.
+    Best effort: a full disk that crashed the run must not hide its error behind another."""
+    records = metrics_log.read_records(folder)
+    iteration = records[-1].get("iteration") if records else None
+    try:
+        (folder / ENDED).write_text(json.dumps({"status": status, "iteration": iteration, "line": line}))
+    except OSError:
+        pass
+
+
+def run_status(folder: Path) -> dict:
+    """{"status", "iteration", "line"}: as `record_end` wrote it; else "running" while the lock's process lives,
+    or "killed" (ended without a word: SIGKILL, out of memory, a power cut)."""
+    try:
+        ended = json.loads((folder / ENDED).read_text())
+        if isinstance(ended, dict) and ended.get("status") in ("finished", "stopped", "crashed"):
+            return {"status": ended["status"], "iteration": ended.get("iteration"), "line": ended.get("line")}
+    except (OSError, ValueError):
+        pass
+    records = metrics_log.read_records(folder)
+    iteration = records[-1].get("iteration") if records else None
+    holder = _holder(folder / LOCK) if (folder / LOCK).is_file() else None
+    live = holder is not None and not _gone(*holder)
+    return {"status": "running" if live else "killed", "iteration": iteration, "line": None}

@@ -164,3 +164,38 @@ def test_config_prints_the_composed_config(run_cli):
     result = run_cli("config", "env=household", "seed=7")
     assert result.returncode == 0, result.stderr
     assert "seed: 7" in result.stdout and "name: household" in result.stdout
+
+
+def test_config_dir_adds_experiments_of_ones_own(tmp_path):
+    """`--config-dir DIR +experiment=NAME` finds DIR/experiment/NAME.yaml, in the checks as in the job."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ntrainer:\n  iterations: 7\n")
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "agentrl.cli",
+            "train",
+            "--config-dir",
+            str(tmp_path),
+            "+experiment=mine",
+            "--cfg",
+            "job",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "  iterations: 7\n" in result.stdout
+
+
+def test_config_dir_joins_a_search_path_given_too(tmp_path):
+    from agentrl.launch import with_config_dir
+
+    entry = f"file://{tmp_path.resolve()}"
+    assert with_config_dir(["seed=1"], None) == ["seed=1"]
+    assert with_config_dir(["seed=1"], str(tmp_path)) == ["seed=1", f"hydra.searchpath=[{entry}]"]
+    assert with_config_dir(["hydra.searchpath=[pkg://x]"], str(tmp_path)) == [f"hydra.searchpath=[pkg://x,{entry}]"]
+    with pytest.raises(UserError, match="^--config-dir .*nowhere is not a folder$"):
+        with_config_dir([], str(tmp_path / "nowhere"))

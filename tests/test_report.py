@@ -356,3 +356,55 @@ def test_a_single_agent_run_has_no_agent_table(sweep):
     report = build_report(sweep)
     assert render_agent_table(report) is None
     assert all(c["by_agent"] == {} for c in report_dict(report)["configurations"])
+
+
+def _ended(folder: Path, status: str, line: str | None = None) -> None:
+    """What `agentrl train` writes when a run ends (agentrl/run_folder.py: record_end)."""
+    from agentrl.run_folder import record_end
+
+    record_end(folder, status, line)
+
+
+def test_report_tells_finished_stopped_killed_and_crashed_runs_apart(tmp_path):
+    """A finished run, one stopped by a signal, one killed without a word and one that crashed, all of one
+    configuration: the crashed one is a failure (not a configuration at 0.000), the others are summarised and
+    the two that did not finish are named with where they ended; report.json counts each kind."""
+    overrides = ["+algo=grpo"]
+    finished = make_run(tmp_path / "a", [*overrides, "seed=0"], {0: 0.0, 10: 0.5, 20: 0.6})
+    _ended(finished, "finished", "held-out success 0.600")
+    stopped = make_run(tmp_path / "b", [*overrides, "seed=1"], {0: 0.0, 10: 0.4})
+    _ended(stopped, "stopped", "stopped on SIGINT after iteration 10 of 20")
+    make_run(tmp_path / "c", [*overrides, "seed=2"], {0: 0.0}, iterations=4)  # killed: no ended.json
+    crashed = make_run(tmp_path / "d", [*overrides, "seed=3"], {0: 0.0}, iterations=2)
+    _ended(crashed, "crashed", "RuntimeError: boom")
+
+    report = build_report(tmp_path)
+    (config,) = report.configs
+    assert sorted(r.run.name for r in config.runs) == ["a", "b", "c"]
+    assert [(run.name, reason) for _, run, reason in report.failed] == [
+        ("d", "crashed after iteration 2: RuntimeError: boom")
+    ]
+    assert report.counts() == {"finished": 1, "stopped": 1, "killed": 1, "running": 0, "crashed": 1}
+    data = report_dict(report)
+    assert data["runs"] == report.counts()
+    assert len(data["failed"]) == 1
+    statuses = {r["path"]: r["status"]["status"] for r in data["configurations"][0]["runs"]}
+    assert statuses == {"a": "finished", "b": "stopped", "c": "killed"}
+
+    from agentrl.report_table import unfinished_lines
+
+    lines = unfinished_lines(report)
+    assert lines[0] == "runs: 1 finished, 1 stopped, 1 killed, 1 crashed"
+    assert "  b [+algo=grpo]: stopped after iteration 10: stopped on SIGINT after iteration 10 of 20" in lines
+    assert "  c [+algo=grpo]: killed after iteration 4" in lines
+
+
+def test_a_run_whose_lock_is_held_by_a_live_process_is_running(tmp_path):
+    import os
+    import socket
+
+    from agentrl.run_folder import LOCK
+
+    run = make_run(tmp_path / "live", ["seed=0"], {0: 0.0}, iterations=3)
+    (run / LOCK).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
+    assert load_run(run, tmp_path).status["status"] == "running"

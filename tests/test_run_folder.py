@@ -160,6 +160,8 @@ def test_the_cli_refuses_a_second_run_into_the_same_folder(run_cli, tmp_path):
     folder = tmp_path / "one"
     first = run_cli("train", "+debug=fast", "trainer.iterations=1", "logger=none", f"hydra.run.dir={folder}")
     assert first.returncode == 0, first.stderr[-2000:]
+    assert run_folder.run_status(folder)["status"] == "finished"
+    assert not (folder / run_folder.LOCK).exists()
     metrics = (folder / "metrics.jsonl").read_text()
     second = run_cli("train", "+debug=fast", "trainer.iterations=1", "logger=none", f"hydra.run.dir={folder}")
     assert second.returncode != 0
@@ -171,3 +173,16 @@ def test_the_cli_refuses_a_second_run_into_the_same_folder(run_cli, tmp_path):
     assert "Traceback" not in second.stderr
     assert (folder / "metrics.jsonl").read_text() == metrics
     assert not (folder / run_folder.LOCK).exists()
+
+
+@pytest.mark.slow
+def test_a_run_that_crashes_says_so_in_its_folder(run_cli, tmp_path):
+    folder = tmp_path / "faulty"
+    # every episode faults: the run stops with one line after its first rollout (README, "Resuming, faults")
+    result = run_cli(
+        "train", "+debug=fast", "env.fault_rate=0.99", "logger=none", f"hydra.run.dir={folder}", timeout=600
+    )
+    assert result.returncode != 0
+    status = run_folder.run_status(folder)
+    assert status["status"] == "crashed"
+    assert status["line"] and status["line"] in result.stderr

@@ -24,11 +24,11 @@ from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
 from agentrl.config import plain_value
 from agentrl.cpu import set_torch_threads
-from agentrl.errors import Stopped
+from agentrl.errors import Stopped, first_line
 from agentrl.hydra_paths import check_writable
 from agentrl.memory_check import check_memory
 from agentrl.plots import plot_run
-from agentrl.run_folder import RunLock, claim
+from agentrl.run_folder import claim, record_end
 from agentrl.train import distributed, stopping
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,7 @@ class Run:
     stop: stopping.StopCallback
     closing: list  # what `finish` closes: the environment pool, the tracker
     abandoned: stopping.IterationAbandoned | None = None  # a stop during a rollout
+    success: float = float("nan")  # the final held-out success, once finished
 
 
 def run_job(cfg: Any) -> float:
@@ -60,25 +61,44 @@ def run_job(cfg: Any) -> float:
     folder = Path(hydra_cfg.runtime.output_dir)
     check_writable(folder, "hydra.run.dir")  # a job of a sweep or of submitit makes its own folder
     # the launching process holds the folder for its ranks; nothing is written there before this
-    lock = RunLock(None) if distributed.is_rank_process() else claim(folder, cfg)
+    if distributed.is_rank_process():
+        run = _run_here(cfg)
+        run.trainer.accelerator.end_training()  # see below
+        return run.success
+    lock = claim(folder, cfg)
     try:
         if distributed.needs_launch(cfg.hardware):
             check_memory(cfg)  # before any rank starts
             resolve_model_source(cfg.model, cfg.env)  # build the tiny model once here, not in every rank at once
-            return distributed.launch_ranks(cfg, list(hydra_cfg.overrides.task), folder)
-        run = setup(cfg)
-        try:
-            train(run)
-        finally:
-            run.request.uninstall()
-        success = finish(run)
+            success = distributed.launch_ranks(cfg, list(hydra_cfg.overrides.task), folder)
+            record_end(folder, "finished", f"held-out success {success:.3f}")
+            return success
+        run = _run_here(cfg)
+        record_end(folder, "finished", f"held-out success {run.success:.3f}")
+    except (Stopped, KeyboardInterrupt) as stop:
+        record_end(folder, "stopped", first_line(stop))
+        raise
+    except BaseException as err:
+        record_end(folder, "crashed", first_line(err))
+        raise
     finally:
         lock.release()
     # A rank leaves its process group before the interpreter exits: left to finalization, gloo's threads can abort
     # the process (SIGABRT, "terminate called without an active exception") after the run has finished. Only on
     # this path: after an error the other rank may still be in a collective, and leaving could hang.
     run.trainer.accelerator.end_training()
-    return success
+    return run.success
+
+
+def _run_here(cfg: Any) -> Run:
+    """Set up, train and finish in this process; the held-out success lands in `run.success`."""
+    run = setup(cfg)
+    try:
+        train(run)
+    finally:
+        run.request.uninstall()
+    run.success = finish(run)
+    return run
 
 
 def setup(cfg: Any) -> Run:
