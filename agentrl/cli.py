@@ -147,7 +147,7 @@ def config(ctx: typer.Context) -> None:
 
     from agentrl.checks import host_problem
     from agentrl.errors import UserError
-    from agentrl.launch import parse_args, preflight
+    from agentrl.launch import parse_args, preflight_groups
     from agentrl.memory_check import plan_table, plan_text
 
     with user_errors():
@@ -157,7 +157,7 @@ def config(ctx: typer.Context) -> None:
             raise UserError(
                 f"`agentrl config` takes overrides only, not {flags}; try `agentrl train {flags} --cfg job`"
             )
-        cfg = preflight("train", command.overrides)
+        cfg, _ = preflight_groups("train", command.overrides)
         console = Console()
         console.print(Syntax(OmegaConf.to_yaml(cfg), "yaml", theme="ansi_dark", background_color="default"))
         if console.is_terminal:

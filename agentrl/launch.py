@@ -15,6 +15,7 @@ import argparse
 import copy
 import difflib
 import os
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -103,6 +104,28 @@ def preflight(
             return _check_values(config_name, parser, parsed, cfg)
     finally:
         GlobalHydra.instance().clear()
+
+
+_MULTIPLE = re.compile(r"^Multiple values for (\w+)\. ")
+
+
+def preflight_groups(config_name: str, overrides: list[str], *args, **kwargs):
+    """`preflight`, and which appended group must override instead: `algo=x` (which agentrl appends, `+algo=x`)
+    overrides the group where the config's defaults already choose it, as an `+experiment=` file may (Hydra would
+    say "Multiple values for algo"). Returns (the job config, that group or None); `overriding` rewrites."""
+    try:
+        return preflight(config_name, overrides, *args, **kwargs), None
+    except UserError as err:
+        found = _MULTIPLE.match(str(err))
+        group = found.group(1) if found else None
+        if group not in _APPENDED_GROUPS or not any(o.startswith(f"+{group}=") for o in overrides):
+            raise
+    return preflight(config_name, overriding(overrides, group), *args, **kwargs), group
+
+
+def overriding(overrides: list[str], group: str | None) -> list[str]:
+    """`+group=x` as `group=x`: an override of the option the defaults chose."""
+    return [o[1:] if group and o.startswith(f"+{group}=") else o for o in overrides]
 
 
 def _parse(parser, overrides: list[str], multirun: bool) -> list:
@@ -343,7 +366,8 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
         make_folder = not command.parsed.cfg  # --cfg prints the config; Hydra makes no folder for it
         name = command.parsed.config_name or config_name
         overrides = with_config_dir(command.overrides, command.parsed.config_dir)
-        preflight(name, overrides, command.parsed.multirun, make_folder, made)
+        _, group = preflight_groups(name, overrides, command.parsed.multirun, make_folder, made)
+        command = command._replace(overrides=overriding(command.overrides, group))
     sweep_dir = made[0] if made and command.parsed.multirun else None
     pinned = [f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"] if sweep_dir is not None else []
     if any(o.startswith("hydra.sweep.dir=") for o in command.overrides):

@@ -199,3 +199,29 @@ def test_config_dir_joins_a_search_path_given_too(tmp_path):
     assert with_config_dir(["hydra.searchpath=[pkg://x]"], str(tmp_path)) == [f"hydra.searchpath=[pkg://x,{entry}]"]
     with pytest.raises(UserError, match="^--config-dir .*nowhere is not a folder$"):
         with_config_dir([], str(tmp_path / "nowhere"))
+
+
+@pytest.mark.parametrize("algo", ["algo=grpo", "+algo=grpo"])
+def test_an_experiment_that_chooses_an_algo_takes_another_from_the_command_line(algo):
+    """conf/experiment/smollm2_household_cpu.yaml chooses gigpo in its defaults; `algo=grpo` overrides it (Hydra
+    alone says "Multiple values for algo" to the `+algo=grpo` agentrl makes of it)."""
+    from agentrl.launch import preflight_groups
+
+    cfg, group = preflight_groups("train", normalise_args(["+experiment=smollm2_household_cpu", algo]))
+    assert group == "algo"
+    assert cfg.algo.estimator.value == "grpo"
+    result = subprocess.run(
+        [sys.executable, "-m", "agentrl.cli", "train", "+experiment=smollm2_household_cpu", algo, "--cfg", "job"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "  estimator: grpo\n" in result.stdout
+
+
+def test_an_appended_algo_without_an_experiment_is_unchanged():
+    from agentrl.launch import preflight_groups
+
+    cfg, group = preflight_groups("train", normalise_args(["algo=gigpo"]))
+    assert group is None and cfg.algo.estimator.value == "gigpo"
