@@ -276,6 +276,12 @@ def _missing_option(missing) -> str:
     if path in _PLUGIN_EXTRAS:
         extra = _PLUGIN_EXTRAS[path]
         return f"{group}={option} needs a Hydra plugin that is not installed: pip install 'agentrl[{extra}]'"
+    if group == "env":  # an installed plug-in of that name that failed to load: say why, not "unknown"
+        from agentrl.envs.registry import plugin_problems
+
+        why = next((line for line in plugin_problems() if line.startswith(f"plug-in {option!r} ")), None)
+        if why is not None:
+            return f"env={option}: {why}"
     loader = GlobalHydra.instance().config_loader()
     options = sorted(o for o in loader.get_group_options(group) if not o.endswith("_schema"))
     hint = difflib.get_close_matches(option, options, n=1)

@@ -7,6 +7,7 @@ Adapters never see tokens, and the collector never sees an engine's internals.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -99,3 +100,29 @@ EXPERT_PLAN = "expert_plan"
 def has_expert(suite: TaskSuite) -> bool:
     """Whether the suite offers an expert (`expert_plan`, docs/environments.md)."""
     return callable(getattr(suite, EXPERT_PLAN, None))
+
+
+def contract_problem(result: object, op: str) -> str | None:
+    """What is wrong with what an environment's `reset` (an Observation) or `step` (a Step) returned, in one line;
+    None when it keeps the contract. The worker pools turn a problem into a fault of that episode, naming it."""
+    if op == "step":
+        if not isinstance(result, Step):
+            return f"step returned {type(result).__name__}, not agentrl.envs.base.Step"
+        for name in ("done", "won", "action_valid"):
+            flag = getattr(result, name)
+            if isinstance(flag, (str, bytes)) or flag not in (True, False):  # numpy's bools are fine
+                return f"Step.{name} is {type(flag).__name__}, not bool"
+        if isinstance(result.reward, bool) or not isinstance(result.reward, numbers.Real):  # numpy's floats too
+            return f"Step.reward is {type(result.reward).__name__}, not a number"
+        result = result.observation
+    if not isinstance(result, Observation):
+        return f"{op} returned {type(result).__name__} as its observation, not agentrl.envs.base.Observation"
+    for name in ("text", "task_description", "agent"):
+        if not isinstance(getattr(result, name), str):
+            return f"Observation.{name} is {type(getattr(result, name)).__name__}, not str"
+    if result.actions_text is not None and not isinstance(result.actions_text, str):
+        return f"Observation.actions_text is {type(result.actions_text).__name__}, not str or None"
+    actions = result.admissible_actions
+    if not isinstance(actions, list) or not all(isinstance(a, str) for a in actions):
+        return "Observation.admissible_actions is not a list of str"
+    return None

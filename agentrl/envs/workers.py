@@ -36,7 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from agentrl.envs.base import AgentEnv, Observation, Step, Task
+from agentrl.envs.base import AgentEnv, Observation, Step, Task, contract_problem
 
 if TYPE_CHECKING:
     from agentrl.envs.process_pool import ProcessPool  # noqa: F401  (re-exported: see __getattr__)
@@ -113,10 +113,15 @@ def _apply(envs: dict[int, AgentEnv], make_env: Callable[[], AgentEnv], op: str,
         if op == RESET:
             if env is None:
                 env = envs[slot] = make_env()
-            return env.reset(arg)
-        if env is None:  # the pools never send this; kept so that a worker cannot crash on it
+            result = env.reset(arg)
+        elif env is None:  # the pools never send this; kept so that a worker cannot crash on it
             return EnvFault(LOST)
-        return env.step(arg)
+        else:
+            result = env.step(arg)
+        problem = contract_problem(result, op)
+        if problem is not None:  # a broken contract is that episode's fault, named by the environment's class
+            raise TypeError(f"{type(env).__name__} ({type(env).__module__}): {problem}")
+        return result
     except Exception as err:
         envs.pop(slot, None)
         if env is not None:
@@ -164,7 +169,8 @@ class _SlotPool:
         for (slot, _), result in zip(pairs, results):
             if isinstance(result, EnvFault):
                 self.faults += 1
-                log.warning("environment fault in %s of slot %d: %s", op, slot, result.message)
+                # the collector logs it once, with the episode's task (agentrl/rollout/collector.py: _fault)
+                log.debug("environment fault in %s of slot %d: %s", op, slot, result.message)
                 if slot not in self._dropped_now:  # else a worker's loss in this call marked it
                     self._drop(slot, REPLACED)
             else:

@@ -14,6 +14,7 @@ import os
 from typing import Any
 
 from agentrl.envs.base import EXPERT_PLAN, Task
+from agentrl.envs.faults import check_fault_share
 from agentrl.rollout.collector import PromptSpec, Reply, StepBatch, Turn, collect
 from agentrl.rollout.parsing import ACTION_CLOSE, ACTION_OPEN
 
@@ -94,7 +95,13 @@ def play(
             )
             for i in range(0, len(tasks), live)
         ]
-    return batches[0] if len(batches) == 1 else joined(batches)
+    batch = batches[0] if len(batches) == 1 else joined(batches)
+    # a broken environment stops the play here, as it stops a training iteration: what is built from the play
+    # (the tiny model's warm-up, agentrl sft's demonstrations) is not built and cached from part of its data
+    faulted = sum(1 for episode in batch.episodes if episode.fault)
+    limit = getattr(env_cfg, "max_fault_share", 0.5)  # a plug-in's own schema may predate the key
+    check_fault_share(faulted, len(batch.episodes), limit, f"{doing} (env={env_cfg.name})")
+    return batch
 
 
 def joined(batches: list[StepBatch]) -> StepBatch:

@@ -143,6 +143,16 @@ def test_an_unknown_env_names_the_plugins(site, run_cli):
 
 
 @pytest.mark.slow
+def test_env_naming_a_plugin_that_failed_to_load_says_why(site, run_cli):
+    result = run_cli("train", "env=broken", env=with_plugins(site))
+    assert result.returncode != 0
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert lines[-1].startswith("error: env=broken: plug-in 'broken' (agentrl-broken-plugin"), result.stderr[-2000:]
+    assert "failed to load: ModuleNotFoundError" in lines[-1]
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
 def test_train_and_eval_on_the_plugin_through_the_cli(site, run_cli, tmp_path):
     run_dir = tmp_path / "lights"
     result = run_cli(

@@ -45,6 +45,12 @@ class TroubleEnv:
             return Step(Observation("x", [], "", anchor_key=threading.Lock()), 0.0, False, False, True)
         if action == "pid":
             return Step(Observation(str(os.getpid()), [], ""), 0.0, False, False, True)
+        if action == "int observation":  # a plug-in that breaks the contract: observations are text
+            return Step(Observation(7, [], ""), 0.0, False, False, True)
+        if action == "no step":
+            return "fine"
+        if action == "text reward":
+            return Step(Observation("x", [], ""), "10", False, False, True)
         return self.inner.step(action)
 
     def close(self) -> None:
@@ -359,3 +365,21 @@ def test_workers_exit_when_the_parent_process_dies():
         pids = [int(p) for p in out.stdout.split()]
         assert len(pids) == 2, out.stderr
         assert wait_gone(pids, within=5.0), method
+
+
+@pytest.mark.parametrize("kind", ["inline", "fork"])
+@pytest.mark.parametrize(
+    "action,problem",
+    [
+        ("int observation", "Observation.text is int, not str"),
+        ("no step", "step returned str, not agentrl.envs.base.Step"),
+        ("text reward", "Step.reward is str, not a number"),
+    ],
+)
+def test_a_broken_contract_is_a_fault_that_names_the_environment(kind, action, problem):
+    pool = InlinePool(make_trouble) if kind == "inline" else fork_pool(1)
+    with pool:
+        pool.reset([(0, tasks(1)[0])])
+        (got,) = pool.step([(0, action)])
+        assert got == EnvFault(f"TypeError: TroubleEnv ({TroubleEnv.__module__}): {problem}")
+        assert pool.faults == 1

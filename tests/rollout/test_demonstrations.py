@@ -71,3 +71,20 @@ def test_a_turn_without_its_task_is_refused():
     obs = suite.make_env().reset(suite.task("train", 0))
     with pytest.raises(ValueError, match="name its task"):
         ExpertPolicy(suite).act([Turn(prompt="p", observation=obs)])
+
+
+def test_a_play_on_a_broken_environment_stops_instead_of_returning_part_of_its_data():
+    """The tiny model's build and agentrl sft play through `play`: more than env.max_fault_share of the episodes
+    faulting stops it with one line, as it stops a training iteration."""
+    from agentrl.envs.faults import FaultySuite
+    from agentrl.errors import UserError
+
+    env_cfg = OmegaConf.structured(HouseholdEnvConfig(level="easy", max_fault_share=0.5))
+    suite = FaultySuite(HouseholdSuite(level="easy"), 0.95)
+    tasks = [suite.task("train", i) for i in range(20)]
+    with pytest.raises(UserError) as err:
+        play(suite, env_cfg, RandomPolicy(0), tasks, "playing demonstrations")
+    message = str(err.value)
+    assert "\n" not in message
+    assert "of the episodes in playing demonstrations (env=household)" in message
+    assert "limit env.max_fault_share=0.5" in message
