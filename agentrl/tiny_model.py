@@ -107,7 +107,11 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
         demonstration_turns(tiny_cfg, env_cfg.name),
         tiny_cfg.warmup_steps,
     )
-    build_tiny_model(tiny_cfg, env_cfg, staging)
+    try:
+        build_tiny_model(tiny_cfg, env_cfg, staging)
+    except BaseException:  # a stop (Ctrl-C) or an error: no half-built model is left in the cache
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     try:
         staging.rename(target)
     except OSError:  # another process finished first: keep theirs

@@ -80,3 +80,22 @@ def test_ctrl_c_during_sft_says_it_stopped_and_writes_no_model(cache_dir, tmp_pa
     assert lines[-1].startswith("agentrl sft: stopped on SIGINT; no model was written"), lines[-10:]
     assert "Traceback" not in "\n".join(lines)
     assert not (run / "model").exists() and not (run / "sft.json").exists() and (run / "run.json").is_file()
+
+
+def test_the_first_ctrl_c_during_the_tiny_models_build_stops_at_once(tmp_path):
+    """A fresh cache: `agentrl train` starts by building the default tiny model (minutes). The first Ctrl-C ends
+    the job within seconds with the "start again" line, leaves no half-built model in the cache, and the run
+    folder says it stopped."""
+    from agentrl.run_folder import run_status
+
+    cache, run = tmp_path / "fresh-cache", tmp_path / "run"
+    started = time.time()
+    code, lines = interrupted(
+        cache, tmp_path, "train", "logger=none", f"hydra.run.dir={run}", started="tiny model: warm-up: step"
+    )
+    assert code == 130, lines[-10:]
+    assert lines[-1].startswith("stopped on SIGINT before the first iteration; start again: agentrl train"), lines[-5:]
+    assert "Traceback" not in "\n".join(lines)
+    assert time.time() - started < 240  # the build alone takes about 2 minutes more
+    assert not [p for p in (cache / "tiny").iterdir() if p.name.endswith(".tmp")]
+    assert run_status(run)["status"] == "stopped"

@@ -120,6 +120,8 @@ def setup(cfg: Any) -> Run:
         lambda signum: _stopped_at_once(signum, folder, command),
         quiet=not main_rank,
         stop_file=folder / stopping.STOP_FILE,
+        # a single process stops at once in the setup; a rank waits for its launcher's request (STOP_FILE)
+        before_start=None if distributed.is_rank_process() else lambda s: stopping.before_start_line(s, command),
     ).install()
     try:
         return _build(cfg, folder, main_rank, command, request, HydraConfig.get())

@@ -38,6 +38,8 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from agentrl.errors import Stopped
+
 SETUP, ROLLOUT, UPDATE = "setup", "rollout", "update"  # the phases a stop treats differently
 STOP_FILE = ".stop-request"  # <run>/.stop-request: the launching process asks the ranks to stop
 LAUNCHER_PID = "AGENTRL_LAUNCHER_PID"  # set for the ranks: the process whose death ends them
@@ -126,8 +128,12 @@ class StopRequest:
         quiet: bool = False,
         on_request: Callable[[int], None] | None = None,
         stop_file: Path | None = None,
+        before_start: Callable[[int], str] | None = None,
     ):
         self.signum: int | None = None
+        # the line of a stop before the first iteration: with it, the first signal in the setup (loading, the tiny
+        # model's build, the first evaluation) ends the job at once, as there is nothing to save yet
+        self.before_start = before_start
         self.stop_file = stop_file  # in a rank: the launching process's request (STOP_FILE)
         self.phase, self.iteration = SETUP, 0  # what the process is doing: the acknowledgement says what a stop does
         self.at_once = at_once  # the line to print when a second SIGINT ends the process at once
@@ -188,6 +194,8 @@ class StopRequest:
     def _handle(self, signum: int, frame: Any = None) -> None:
         if self.signum is None:
             self.signum = signum
+            if self.phase == SETUP and self.before_start is not None:
+                raise Stopped(self.before_start(signum), exit_code(signum))
             if self.on_request is not None:
                 self.on_request(signum)
             if not self.quiet:
