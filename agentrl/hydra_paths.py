@@ -1,4 +1,4 @@
-"""Where agentrl's Hydra configs live, and how to quote a value inside a Hydra override.
+"""Where agentrl's Hydra configs live (and a `--config-dir` of the user's), and how to quote a value inside a Hydra override.
 
 It sits in the lowest import layer (docs/architecture.md, "Import layers") because both the CLI
 (launch.py, cli.py) and train/distributed.py need it, and train/ must not import the CLI.
@@ -66,3 +66,24 @@ def check_writable(folder: Path, key: str) -> None:
     except OSError as err:
         why = err.strerror or type(err).__name__
         raise UserError(f"the output folder {folder} cannot be made or written: {why} (set {key})") from None
+
+
+def with_config_dir(overrides: list[str], config_dir_flag: str | None) -> list[str]:
+    """The overrides as preflight must compose them: `--config-dir DIR` is on Hydra's search path for the job (so
+    `+experiment=NAME` finds DIR/experiment/NAME.yaml), and preflight composes from agentrl's own conf/ alone, so
+    DIR joins `hydra.searchpath` here (at the end of a list the user gave)."""
+    if not config_dir_flag:
+        return overrides
+    folder = Path(config_dir_flag).expanduser()
+    if not folder.is_dir():
+        raise UserError(f"--config-dir {config_dir_flag} is not a folder")
+    entry = f"file://{folder.resolve()}"
+    out, joined = [], False
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if key.lstrip("+") == "hydra.searchpath" and value.strip().startswith("[") and value.strip().endswith("]"):
+            inner = value.strip()[1:-1].strip()
+            override = f"{key}=[{inner + ',' if inner else ''}{entry}]"
+            joined = True
+        out.append(override)
+    return out if joined else [*out, f"hydra.searchpath=[{entry}]"]

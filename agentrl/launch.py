@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agentrl.errors import UserError, fail, first_line
-from agentrl.hydra_paths import check_writable, config_dir, hydra_quote
+from agentrl.hydra_paths import check_writable, config_dir, hydra_quote, with_config_dir
 
 # Groups kept out of the defaults list so that `+group=x` works; `group=x` is accepted too.
 _APPENDED_GROUPS = ("algo", "debug", "hparams_search")
@@ -333,27 +333,6 @@ def _unset_parent(config_name: str, lines: list[str]) -> str | None:
 
 
 # --------------------------------------------------------------------------- the Hydra entry point
-
-
-def with_config_dir(overrides: list[str], config_dir_flag: str | None) -> list[str]:
-    """The overrides as preflight must compose them: `--config-dir DIR` is on Hydra's search path for the job (so
-    `+experiment=NAME` finds DIR/experiment/NAME.yaml), and preflight composes from agentrl's own conf/ alone, so
-    DIR joins `hydra.searchpath` here (at the end of a list the user gave)."""
-    if not config_dir_flag:
-        return overrides
-    folder = Path(config_dir_flag).expanduser()
-    if not folder.is_dir():
-        raise UserError(f"--config-dir {config_dir_flag} is not a folder")
-    entry = f"file://{folder.resolve()}"
-    out, joined = [], False
-    for override in overrides:
-        key, _, value = override.partition("=")
-        if key.lstrip("+") == "hydra.searchpath" and value.strip().startswith("[") and value.strip().endswith("]"):
-            inner = value.strip()[1:-1].strip()
-            override = f"{key}=[{inner + ',' if inner else ''}{entry}]"
-            joined = True
-        out.append(override)
-    return out if joined else [*out, f"hydra.searchpath=[{entry}]"]
 
 
 def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:

@@ -215,7 +215,7 @@ def instrument(stats: dict) -> None:
                 **dict(current),
                 "rollout_s": self.iteration_metrics.get("time/rollout_s"),
                 "update_s": self.iteration_metrics.get("time/update_s"),
-                "rows": self.iteration_metrics.get("train/rows"),
+                "rows": self.iteration_metrics.get("rollout/rows"),
             }
         )
         return out

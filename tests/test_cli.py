@@ -191,7 +191,7 @@ def test_config_dir_adds_experiments_of_ones_own(tmp_path):
 
 
 def test_config_dir_joins_a_search_path_given_too(tmp_path):
-    from agentrl.launch import with_config_dir
+    from agentrl.hydra_paths import with_config_dir
 
     entry = f"file://{tmp_path.resolve()}"
     assert with_config_dir(["seed=1"], None) == ["seed=1"]

@@ -138,9 +138,10 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
                 pool=self.pool,
                 lockstep=lockstep,
             )
-        with unwrap_model_for_generation(
+        unwrap = unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
-        ) as unwrapped:
+        )
+        with unwrap as unwrapped, self.accelerator.autocast():  # bf16 on a CPU: the forward has no autocast of its own
             interrupt = self.stop.wanted if lockstep is not None else None
             policy = HFPolicy(unwrapped, self.processing_class, sampling, self.eos_token_ids, interrupt=interrupt)
             return collect(
@@ -182,9 +183,10 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
 
     def evaluate(self) -> dict[str, float]:
         """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks."""
-        with unwrap_model_for_generation(
+        unwrap = unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
-        ) as unwrapped:
+        )
+        with unwrap as unwrapped, self.accelerator.autocast():  # bf16 on a CPU: the forward has no autocast of its own
             if self.accelerator.num_processes == 1:
                 return self.evaluator(unwrapped)
             return self.evaluator(

@@ -21,6 +21,7 @@ import pytest
 from tests.conftest import REPO
 
 BLOCK = re.compile(r"```(?:toml|python|yaml)\n# file: (\S+)\n(.*?)```", re.S)
+GUESS_BLOCK = re.compile(r"```(?:toml|python|yaml)\n# file \(guess\): (\S+)\n(.*?)```", re.S)
 
 BROKEN_PYPROJECT = """\
 [build-system]
@@ -48,6 +49,18 @@ def example_files() -> dict[str, str]:
         "agentrl_lights/__init__.py",
         "agentrl_lights/env.py",
         "agentrl_lights/conf/env/lights.yaml",
+    }, sorted(files)
+    return files
+
+
+def guess_files() -> dict[str, str]:
+    """The second example (`guess`, not a household-like game), as docs/environments.md prints it."""
+    files = dict(GUESS_BLOCK.findall((REPO / "docs" / "environments.md").read_text()))
+    assert set(files) == {
+        "pyproject.toml",
+        "agentrl_guess/__init__.py",
+        "agentrl_guess/env.py",
+        "agentrl_guess/conf/env/guess.yaml",
     }, sorted(files)
     return files
 
@@ -80,6 +93,7 @@ def site(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("plugins")
     target = root / "site"
     pip_install(write_package(root / "agentrl-lights", example_files()), target)
+    pip_install(write_package(root / "agentrl-guess", guess_files()), target)
     pip_install(write_package(root / "agentrl-broken-plugin", {"pyproject.toml": BROKEN_PYPROJECT}), target)
     return target
 
@@ -103,6 +117,34 @@ def test_the_example_is_a_working_suite():
     off = task.payload["lamps"].index(False)
     step = env.step(f"toggle lamp {off + 1}")
     assert step.won and step.done and step.reward == 10.0 and step.action_valid
+
+
+def test_the_second_example_is_a_game_a_binary_search_wins():
+    from agentrl.envs.base import contract_problem
+
+    namespace: dict = {}
+    exec(compile(guess_files()["agentrl_guess/env.py"], "agentrl_guess/env.py", "exec"), namespace)
+    suite = namespace["GuessSuite"](high=8, max_steps=None)
+    assert suite.max_steps == 7  # a binary search over 1..16 (the out-of-distribution range) needs 5, plus two
+    for split in ("train", "eval_out_of_distribution"):
+        for index in range(10):
+            task = suite.task(split, index)
+            assert task == suite.task(split, index)
+            env = suite.make_env()
+            obs = env.reset(task)
+            assert contract_problem(obs, "reset") is None
+            while True:
+                low, high = obs.anchor()
+                step = env.step(f"guess {(low + high) // 2}")
+                assert contract_problem(step, "step") is None and step.action_valid
+                obs = step.observation
+                if step.done:
+                    break
+            assert step.won and step.reward == 10.0
+    env = suite.make_env()
+    env.reset(suite.task("train", 0))
+    wrong = env.step("look")  # any text is taken: not a guess left open is invalid, not an exception
+    assert not wrong.action_valid and not wrong.done
 
 
 def test_the_examples_expert_wins_its_tasks_through_the_collector():
@@ -187,3 +229,23 @@ def test_train_and_eval_on_the_plugin_through_the_cli(site, run_cli, tmp_path):
     assert evaluated.returncode == 0, evaluated.stderr[-3000:]
     metrics = json.loads((tmp_path / "random" / "eval.json").read_text())["metrics"]
     assert {"eval/one_off/success", "eval/many_off/success"} <= set(metrics)
+
+
+@pytest.mark.slow
+def test_train_on_the_second_example_through_the_cli(site, run_cli, tmp_path):
+    run_dir = tmp_path / "guess"
+    result = run_cli(
+        "train",
+        "env=guess",
+        "+debug=fast",
+        "env.high=16",
+        "model.tiny.demo_turns=200",
+        f"hydra.run.dir={run_dir}",
+        env=with_plugins(site),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert records[-1]["iteration"] == 2 and "eval/success" in records[-1]
+    assert "high: 16" in (run_dir / ".hydra" / "config.yaml").read_text()
+    sft = run_cli("sft", "env=guess", "+debug=fast", f"hydra.run.dir={tmp_path / 'sft'}", env=with_plugins(site))
+    assert sft.returncode != 0 and "expert" in sft.stderr.splitlines()[-1]

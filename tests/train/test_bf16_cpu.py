@@ -59,3 +59,19 @@ def test_the_bf16_update_has_fp32s_loss_and_gradients(cache_dir, tmp_path):
     cosine = torch.nn.functional.cosine_similarity(grads16, grads32, dim=0)
     assert cosine > 0.999, f"gradient cosine {cosine:.5f}"
     assert float(grads16.norm() / grads32.norm()) == pytest.approx(1.0, abs=0.02)
+
+
+def test_the_rollouts_generation_runs_under_bf16_autocast(cache_dir, tmp_path):
+    AcceleratorState._reset_state(True)
+    try:
+        with built_trainer(cache_dir, tmp_path, ["hardware.precision=bf16"]) as trainer:
+            seen = set()
+            layer = trainer.model.model.layers[0].mlp.down_proj
+            hook = layer.register_forward_hook(lambda m, i, out: seen.add(out.dtype))
+            tasks = [trainer.suite.task("train", 0)]
+            batch = trainer._rollout(tasks, group_size=2)
+            hook.remove()
+            assert len(batch) > 0
+            assert seen == {torch.bfloat16}
+    finally:
+        AcceleratorState._reset_state(True)
