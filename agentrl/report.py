@@ -106,13 +106,14 @@ def load_run(run_dir: Path, root: Path) -> Run:
     if seed is None:  # the last seed=... override
         seed = next((o.split("=", 1)[1] for o in reversed(overrides or []) if is_seed_override(o) and "=" in o), None)
     failed = None if failure is None else str(failure.get("error") or failure.get("type") or "FAILED.json (no message)")
-    status = run_folder.run_status(run_dir)
+    records = metrics_log.read_records(run_dir)
+    status = run_folder.run_status(run_dir, records)
     if failure is not None:
         status = {**status, "status": "crashed", "line": failed}
     elif status["status"] == "crashed":  # a single run's crash: it has no FAILED.json, its ended.json says it
         failed = f"crashed after iteration {status['iteration']}: {status['line']}"
     name = run_dir.relative_to(root).as_posix() if run_dir != root else "."
-    return Run(run_dir, name, metrics_log.read_records(run_dir), overrides, seed, failed, status)
+    return Run(run_dir, name, records, overrides, seed, failed, status)
 
 
 STATUSES = ("finished", "stopped", "killed", "running", "crashed")

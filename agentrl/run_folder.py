@@ -208,25 +208,29 @@ def _clear(folder: Path) -> None:
 def record_end(folder: Path, status: str, line: str | None = None) -> None:
     """Write `ended.json`: "finished", "stopped" or "crashed", the last iteration logged, and the run's last line.
     Best effort: a full disk that crashed the run must not hide its error behind another."""
-    records = metrics_log.read_records(folder)
-    iteration = records[-1].get("iteration") if records else None
+    iteration = last_iteration(metrics_log.read_records(folder))
     try:
         (folder / ENDED).write_text(json.dumps({"status": status, "iteration": iteration, "line": line}))
     except OSError:
         pass
 
 
-def run_status(folder: Path) -> dict:
+def last_iteration(records: list[dict]) -> int | None:
+    """The iteration of a run's last metrics record, None before its first."""
+    return records[-1].get("iteration") if records else None
+
+
+def run_status(folder: Path, records: list[dict] | None = None) -> dict:
     """{"status", "iteration", "line"}: as `record_end` wrote it; else "running" while the lock's process lives,
-    or "killed" (ended without a word: SIGKILL, out of memory, a power cut)."""
+    or "killed" (ended without a word: SIGKILL, out of memory, a power cut). `records`: the run's metrics, where
+    the caller has read them already."""
     try:
         ended = json.loads((folder / ENDED).read_text())
         if isinstance(ended, dict) and ended.get("status") in ("finished", "stopped", "crashed"):
             return {"status": ended["status"], "iteration": ended.get("iteration"), "line": ended.get("line")}
     except (OSError, ValueError):
         pass
-    records = metrics_log.read_records(folder)
-    iteration = records[-1].get("iteration") if records else None
+    iteration = last_iteration(metrics_log.read_records(folder) if records is None else records)
     holder = _holder(folder / LOCK) if (folder / LOCK).is_file() else None
     live = holder is not None and not _gone(*holder)
     return {"status": "running" if live else "killed", "iteration": iteration, "line": None}
