@@ -468,7 +468,11 @@ class SftConfig:
     train tasks through RL's prompts; every turn of a won episode is one (prompt, action) pair; TRL's SFTTrainer
     trains on the action tokens only."""
 
-    episodes: int = checked(200, Ge(1))  # expert episodes, one per train task, from task index first_task on
+    episodes: int = checked(200, Ge(0))  # expert episodes, one per train task, from task index first_task on
+    # episodes of a uniformly random admissible policy on the train tasks after the expert's, every turn one pair
+    # (won or not), mixed with the expert's: a start that still spreads over the admissible actions, so that RL's
+    # groups differ in reward (docs/sft.md, "A start that explores")
+    random_episodes: int = checked(0, Ge(0))
     first_task: int = checked(0, Ge(0))  # the train split's index of the first task the expert plays
     epochs: int = checked(2, Ge(1))  # passes over the expert's pairs (optimizer steps: ceil(pairs / batch_size) each)
     batch_size: int = checked(16, Ge(1))  # pairs per optimizer step

@@ -42,12 +42,15 @@ def run_sft(cfg: Any) -> float:
     out = Path(cfg.sft.output).expanduser() if cfg.sft.output else folder / MODEL_FOLDER
     _check_output(out)
     suite = make_suite(cfg.env, faults=False)  # the expert plays clean games, whatever a run would inject
-    require_expert(suite, cfg.env.name)
+    if cfg.sft.episodes:
+        require_expert(suite, cfg.env.name)
     evaluation_split(cfg.eval, suite)  # a wrong split fails now, not after the demonstrations
     record_run(folder, cfg)
     pairs, expert = expert_demonstrations(suite, cfg)  # first: an expert that wins nothing fails before a model loads
+    random_pairs = random_demonstrations(suite, cfg)
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
-    metrics = {"pairs": len(pairs), **expert}
+    metrics = {"pairs": len(pairs) + len(random_pairs), "random_pairs": len(random_pairs), **expert}
+    pairs += random_pairs
     held_out = _evaluator(cfg, suite, tokenizer)
     before = held_out(model) if cfg.sft.eval_before else {}
     model, losses = _fine_tune(cfg, model, tokenizer, pairs)
@@ -61,6 +64,8 @@ def run_sft(cfg: Any) -> float:
 
 def check_sft(cfg: Any) -> None:
     """What `agentrl sft` cannot do, refused before any work."""
+    if cfg.sft.episodes + cfg.sft.random_episodes == 0:
+        raise UserError("sft.episodes and sft.random_episodes are both 0: there is nothing to train on")
     if cfg.hardware.num_processes != 1:
         raise UserError(
             f"agentrl sft runs in one process; hardware.num_processes={cfg.hardware.num_processes} is for "
@@ -86,6 +91,8 @@ def expert_demonstrations(suite, cfg: Any) -> tuple[list[tuple[str, str]], dict[
     """The expert's (prompt, reply) pairs on `sft.episodes` train tasks, and how the expert did."""
     from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
 
+    if not cfg.sft.episodes:
+        return [], {"expert_episodes": 0, "expert_success": 0.0}
     tasks = [suite.task("train", cfg.sft.first_task + i) for i in range(cfg.sft.episodes)]
     batch = play(suite, cfg.env, ExpertPolicy(suite), tasks, "sft: the expert plays")
     pairs = won_pairs(batch)
@@ -96,6 +103,20 @@ def expert_demonstrations(suite, cfg: Any) -> tuple[list[tuple[str, str]], dict[
             f"clone; check env.max_steps (the expert's plans must fit in it) and the environment's expert_plan"
         )
     return pairs, {"expert_episodes": len(tasks), "expert_success": won / len(tasks)}
+
+
+def random_demonstrations(suite, cfg: Any) -> list[tuple[str, str]]:
+    """Every turn of `sft.random_episodes` episodes of a uniformly random admissible policy, on the train tasks
+    after the expert's: the tiny model's warm-up data, here mixed into a real model's clone of the expert."""
+    from agentrl.rollout.demonstrations import play
+    from agentrl.rollout.policies import RandomPolicy
+
+    if not cfg.sft.random_episodes:
+        return []
+    first = cfg.sft.first_task + cfg.sft.episodes
+    tasks = [suite.task("train", first + i) for i in range(cfg.sft.random_episodes)]
+    batch = play(suite, cfg.env, RandomPolicy(cfg.seed), tasks, "sft: a random admissible policy plays")
+    return list(zip(batch.prompt, batch.completion))
 
 
 def _evaluator(cfg: Any, suite, tokenizer):
@@ -136,7 +157,7 @@ def _fine_tune(cfg: Any, model, tokenizer, pairs):
         device=plain_value(cfg.hardware.device),
         precision=plain_value(cfg.hardware.precision),
         peft_config=peft_config(cfg.model.lora),
-        doing="sft: fine-tuning on the expert's actions",
+        doing="sft: fine-tuning on the expert's actions" + (" and random play" if cfg.sft.random_episodes else ""),
     )
 
 
@@ -168,7 +189,8 @@ def _print_summary(results: dict) -> None:
     console = Console()
     console.print(
         f"expert: won {results['expert_success']:.3f} of {results['expert_episodes']} train episodes, "
-        f"{results['pairs']} (prompt, action) pairs"
+        f"{results['pairs'] - results['random_pairs']} (prompt, action) pairs"
+        + (f"; random play: {results['random_pairs']} pairs" if results["random_pairs"] else "")
     )
     table = Table(title="held-out results")
     table.add_column("metric")

@@ -63,12 +63,43 @@ def test_an_expert_that_wins_nothing_is_one_line():
         expert_demonstrations(Lost(level="easy"), cfg)
 
 
+def test_random_play_is_mixed_in_from_the_tasks_after_the_experts():
+    from omegaconf import OmegaConf
+
+    from agentrl.config import HouseholdEnvConfig, SftConfig
+    from agentrl.envs.household import HouseholdSuite
+    from agentrl.rollout.parsing import parse_action
+    from agentrl.sft import expert_demonstrations, random_demonstrations
+
+    suite = HouseholdSuite(level="default")
+    cfg = OmegaConf.create(
+        {
+            "seed": 0,
+            "env": OmegaConf.structured(HouseholdEnvConfig(level="default", prompt_template="compact", max_steps=6)),
+            "sft": OmegaConf.structured(SftConfig(episodes=2, random_episodes=3)),
+        }
+    )
+    expert, _ = expert_demonstrations(suite, cfg)
+    played = random_demonstrations(suite, cfg)
+    # every turn of every random episode (won or not: a random policy rarely wins), none of the expert's tasks
+    assert 3 <= len(played) <= 3 * 6
+    assert not {p for p, _ in played} & {p for p, _ in expert}
+    assert all(parse_action(reply).valid for _, reply in played)
+    assert len({reply for _, reply in played}) > 1  # random, not one reply learned by heart
+    assert random_demonstrations(suite, OmegaConf.merge(cfg, {"sft": {"random_episodes": 0}})) == []
+    only_random = OmegaConf.merge(cfg, {"sft": {"episodes": 0}})
+    assert expert_demonstrations(suite, only_random)[0] == []
+    assert expert[0][0] in {p for p, _ in random_demonstrations(suite, only_random)}  # from sft.first_task on
+
+
 @pytest.mark.parametrize(
     "override,message",
     [
         ("hardware=cpu_ddp", "agentrl sft runs in one process"),
         ("sft.epoch=2", "unknown config key 'sft.epoch'; did you mean sft.epochs"),
         ("sft.learning_rate=0", "sft.learning_rate must be > 0"),
+        ("sft.episodes=0", "sft.episodes and sft.random_episodes are both 0"),
+        ("sft.random_episodes=-1", "sft.random_episodes must be >= 0"),
     ],
 )
 def test_bad_input_is_one_line(run_cli, tmp_path, override, message):
