@@ -98,6 +98,7 @@ def build_model(args: argparse.Namespace, level: str) -> None:
             "trainer.eval_every=0",
             "logger=none",
             "logger.progress=false",
+            "trainer.overwrite=true",  # a build that was stopped before left its folder
             f"hydra.run.dir={target}",
         ),
         capture_output=True,
@@ -161,6 +162,7 @@ def plan(args: argparse.Namespace) -> list[dict]:
                     f"eval.num_tasks={args.eval_tasks}",
                     "logger.wandb_mode=disabled",
                     "logger.progress=false",
+                    "trainer.overwrite=true",  # only unfinished runs are run again: from the start
                     f"hydra.run.dir={run_dir}",
                     *start,
                     *args.overrides,

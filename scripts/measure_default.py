@@ -41,6 +41,7 @@ def train(seed: int, out: Path, overrides: list[str]) -> dict:
         "train",
         f"seed={seed}",
         "logger.progress=false",
+        "trainer.overwrite=true",  # a measurement replaces the last one in its folder
         f"hydra.run.dir={run_dir}",
         *overrides,
     ]
@@ -108,6 +109,7 @@ def main() -> None:
             "trainer.eval_every=0",
             "logger=none",
             "logger.progress=false",
+            "trainer.overwrite=true",
             f"hydra.run.dir={args.out / 'build'}",
         ],
         check=True,
