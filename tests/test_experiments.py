@@ -18,7 +18,7 @@ from tests.conftest import REPO, hydra_initialized
 
 EXPERIMENTS = REPO / "conf" / "experiment"
 # agentrl's own recipes (not a paper's reproduction): no reference values or source lines, see their own test below
-OWN_RECIPES = ("smollm2_household_cpu",)
+OWN_RECIPES = ("smollm2_household", "smollm2_household_cpu")
 RECIPES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml") if p.stem not in OWN_RECIPES)
 REFERENCES = ("verl-agent", "EPO", "ARPO")  # the repositories a recipe may name as its source
 
