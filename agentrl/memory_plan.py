@@ -161,12 +161,9 @@ def activations(shape: ModelShape, w: Workload) -> int:
 
 
 def head_positions(w: Workload) -> int:
-    """N, the positions TRL's fused head scores: on CUDA (Triton) only the completion tokens, rows * max_new (at
-    most T); elsewhere every position of the micro-batch, T."""
-    tokens = micro_batch_token_count(w)
-    if w.device == "cuda":
-        return min(w.micro_batch_rows * w.max_new_tokens, tokens)
-    return tokens
+    """N, the positions TRL's fused head scores: only the completion tokens, rows * max_new (at most T), on CUDA
+    (TRL's Triton path) and on a CPU (agentrl/train/logprobs.py makes TRL take the same path there)."""
+    return min(w.micro_batch_rows * w.max_new_tokens, micro_batch_token_count(w))
 
 
 def lm_head(shape: ModelShape, w: Workload) -> int:

@@ -71,8 +71,9 @@ def test_activations_with_and_without_checkpointing():
 
 
 def test_lm_head_tiles_and_fp32_gradients():
-    # CPU: every position (45), 9 fp32 tiles of 45 x 100, the input's gradient 45 x 8 and the weight's 100 x 8, fp32
-    assert mp.lm_head(SHAPE, WORK) == 45 * 100 * 4 * 9 + 45 * 8 * 4 + 100 * 8 * 4
+    # CPU: the completion's positions (15, as on CUDA), 9 fp32 tiles of 15 x 100, the input's gradient 15 x 8 and the
+    # weight's 100 x 8, fp32
+    assert mp.lm_head(SHAPE, WORK) == 15 * 100 * 4 * 9 + 15 * 8 * 4 + 100 * 8 * 4
     # CUDA: only the completions' 3 x 5 positions, one bf16 tile
     cuda = replace(WORK, bytes_per_value=2, device="cuda")
     assert mp.lm_head(SHAPE, cuda) == 15 * 100 * 2 + 15 * 8 * 4 + 100 * 8 * 4

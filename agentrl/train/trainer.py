@@ -12,9 +12,8 @@ integration"):
   k3 KL, token- or seq-mean over the mini-batch) plus the entropy term (a bonus or EPO smoothing);
 - with vLLM, `VLLMHooks` (agentrl/train/vllm_hooks.py) gives TRL's engine the trainer's precision, syncs its
   weights on vLLM's CPU build, and builds TRL's importance-sampling keys;
-- `_save_checkpoint` adds agentrl's state (sampler, replay buffer, entropy history)
-  and keeps `checkpoints/last` pointing at the newest complete checkpoint.
-"""
+- `_save_checkpoint` adds agentrl's state (sampler, replay buffer, entropy history) and keeps `checkpoints/last`
+  pointing at the newest complete checkpoint."""
 
 from __future__ import annotations
 
@@ -38,6 +37,7 @@ from agentrl.train import batching, iteration, update
 from agentrl.train.callbacks import IterationCallback
 from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
+from agentrl.train.logprobs import score_completion_only
 from agentrl.train.loss_metrics import LossStats
 from agentrl.train.stopping import ROLLOUT, UPDATE, IterationAbandoned, StopRequest
 from agentrl.train.trl_config import grpo_config, per_device_rows
@@ -81,6 +81,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         rows = max(8, per_device_rows(cfg) * cfg.hardware.num_processes)  # at least one of TRL's batches
         placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * rows})
         args = grpo_config(cfg, output_dir)
+        score_completion_only()  # TRL's fused head: the completion's positions only, on a CPU too (logprobs.py)
         with engine_construction(args, cfg):
             super().__init__(
                 model=model,
@@ -286,8 +287,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         return torch.cat(chunks, dim=0)
 
     def _token_logps(self, model, ids, attention, completion_tokens: int, entropies: bool = False):
-        """Each completion token's log-probability (and entropy): TRL's own pass, tiled by rows. It is private
-        in TRL 1.16 and has no public equivalent; this is the one place agentrl calls it."""
+        """Each completion token's log-probability (and entropy) by TRL's pass (private in 1.16: called here alone)."""
         logps, token_entropies, _ = self._get_per_token_logps_and_entropies(
             model, ids, attention, completion_tokens, compute_entropy=entropies
         )

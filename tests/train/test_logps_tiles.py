@@ -81,3 +81,22 @@ def test_tiled_log_probs_and_entropies_equal_the_full_logits_and_never_hold_them
         scale = max(plain[name].abs().max().item(), 1.0)
         torch.testing.assert_close(tiled[name], plain[name], rtol=0, atol=1e-5 * scale, msg=name)
     model.zero_grad()
+
+
+def test_on_a_cpu_the_head_projects_the_completions_positions_only(trainer):
+    """TRL projects every position where it has no Triton; agentrl/train/logprobs.py makes it take its compact
+    path on a CPU too, so a row's prompt is not projected through the vocabulary (docs/architecture.md)."""
+    model = trainer.model
+    vocab = model.config.vocab_size
+    rows, prompt, completion = 2, 300, 10
+    ids = torch.randint(3, vocab, (rows, prompt + completion), generator=torch.Generator().manual_seed(1))
+    attention = torch.ones_like(ids)
+    recorder = LargestVocabTensor(vocab)
+    with recorder:
+        logps, _ = trainer._token_logps(model, ids, attention, completion)
+    assert logps.shape == (rows, completion)
+    # the largest: a tile of the completions' positions, or the head's weight seen transposed (hidden x vocabulary);
+    # every position would be rows x 310
+    assert 0 < recorder.largest <= max(rows * completion, model.config.hidden_size) * vocab, (
+        f"{recorder.largest // vocab} positions projected; the completions hold {rows * completion}"
+    )
