@@ -1,0 +1,77 @@
+"""The log-prob pass's LM head on a CPU: every position projected (TRL's choice without Triton) against the
+completions' positions only (agentrl/train/logprobs.py), on SmolLM2-135M-Instruct.
+
+    python scripts/bench_logprob_head.py                       # 4 rows of 332 + 10 tokens, fp32 and bf16 autocast
+    python scripts/bench_logprob_head.py --rows 16 --repeats 3
+
+For each precision it times one forward and backward of the model through TRL's fused head (the loss: the sum of
+the completion's log-probs), the best of `--repeats` after one warm-up, first with every position projected, then
+with the completions' only, and prints the speed-up and how far the log-probs and the embedding's gradient (the
+head's weight, tied) moved. The model comes from the registry (`agentrl models fetch smollm2-135m-instruct`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rows", type=int, default=4)
+    parser.add_argument("--prompt", type=int, default=332, help="prompt tokens per row (a household turn: ~330)")
+    parser.add_argument("--completion", type=int, default=10, help="completion tokens per row")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args()
+
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from agentrl.registry_models import ensure_registry_model
+    from agentrl.train.logprobs import score_completion_only
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_pretrained(str(ensure_registry_model("smollm2-135m-instruct")))
+    add_fused_lm_head(model, outputs=("log_probs", "entropy"))
+    ids = torch.randint(0, model.config.vocab_size, (args.rows, args.prompt + args.completion))
+    attention = torch.ones_like(ids)
+    labels = ids.clone()
+    labels[:, : args.prompt] = -100
+
+    def step(bf16: bool):
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            out = model(input_ids=ids, attention_mask=attention, labels=labels, fused_lm_head=True)
+        logps = out.log_probs[:, args.prompt - 1 :]
+        logps.sum().backward()
+        return logps.detach().clone(), model.get_input_embeddings().weight.grad.clone()
+
+    results = {}
+    for mode in ("every position", "completions only"):
+        if mode == "completions only":
+            score_completion_only()
+        for bf16 in (False, True):
+            step(bf16)
+            times = []
+            for _ in range(args.repeats):
+                started = time.perf_counter()
+                logps, grad = step(bf16)
+                times.append(time.perf_counter() - started)
+            results[mode, bf16] = (min(times), logps, grad)
+            print(f"{mode:17s} {'bf16' if bf16 else 'fp32'}: {min(times):.3f} s", flush=True)
+    for bf16 in (False, True):
+        (before, logps_a, grad_a), (after, logps_b, grad_b) = (
+            results["every position", bf16],
+            results["completions only", bf16],
+        )
+        print(
+            f"{'bf16' if bf16 else 'fp32'}: {before / after:.2f}x; largest log-prob change "
+            f"{(logps_a - logps_b).abs().max().item():.2e}; largest gradient change "
+            f"{((grad_a - grad_b).abs().max() / grad_a.abs().max()).item():.2e} of the largest entry"
+        )
+
+
+if __name__ == "__main__":
+    main()
