@@ -25,6 +25,9 @@ def interrupted(cache_dir, cwd, *args: str, started: str) -> tuple[int, list[str
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        # a suite started in the background (nohup, `&` in a script) hands its children Ctrl-C ignored, and a
+        # process that starts with SIGINT ignored keeps it so; a user's terminal does not
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines: list[str] = []
     seen = threading.Event()

@@ -18,10 +18,6 @@ full-logits computation).
 
 from __future__ import annotations
 
-import logging
-
-log = logging.getLogger(__name__)
-
 # Device types on which TRL's fused head should project the scored positions only: its Triton devices, and
 # the CPU (no compilation, so a varying number of positions costs nothing).
 COMPACT_DEVICES = ("cuda", "xpu", "cpu")
