@@ -1,9 +1,10 @@
 #!/bin/bash
 # SmolLM2 on household `default`, arms side by side: `agentrl sft` (expert episodes : random episodes) then
-# `agentrl train +experiment=smollm2_household_cpu` from the model it wrote, at 8 x 8 episodes and a given learning
-# rate, each arm stopped at DEADLINE seconds (a grace stop: its checkpoint and metrics stay); per arm it prints
+# `agentrl train +experiment=smollm2_household` from the model it wrote, at a given learning rate, each arm stopped
+# at DEADLINE seconds (a grace stop: its checkpoint and metrics stay); per arm it prints
 # held-out success at each evaluation and the rollout's signal. How docs/models.md's "RL that makes SmolLM2 better"
-# was measured, on one H200:
+# was measured, on one H200 (then written as +experiment=smollm2_household_cpu with 8 x 8 episodes, 64 held-out
+# tasks every 4 iterations and micro-batches of 64 rows: the same composed config, `--cfg job` compared):
 #   OUT=/tmp/arms HW=gpu SFTMODEL=model=smollm2-135m-instruct EXTRA=trainer.iterations=60 DEADLINE=420 \
 #     ARMS="A:60:60:2e-5 B:0:120:2e-5 C:60:20:2e-5 D:60:60:5e-5" bash scripts/smollm2_arms.sh
 # ARMS: NAME:EXPERT_EPISODES:RANDOM_EPISODES:RL_LEARNING_RATE; a numeric NAME is also the arm's seed.
@@ -21,9 +22,8 @@ arm() {
     rollout.max_new_tokens=32 seed=$seed hydra.run.dir=$d/sft > $log 2>&1
   echo "== sft done at $(( $(date +%s) - start )) s" >> $log
   left=$(( DEADLINE - ($(date +%s) - start) ))
-  timeout -k 30 $left python -m agentrl.cli train +experiment=smollm2_household_cpu model.path=$d/sft/model \
-    hardware=$HW logger=none trainer.tasks_per_iteration=8 trainer.group_size=8 trainer.learning_rate=$lr \
-    trainer.eval_every=4 eval.num_tasks=64 trainer.micro_batch_size=64 trainer.save_every=1000 seed=$seed $EXTRA \
+  timeout -k 30 $left python -m agentrl.cli train +experiment=smollm2_household model.path=$d/sft/model \
+    hardware=$HW logger=none trainer.learning_rate=$lr trainer.save_every=1000 seed=$seed $EXTRA \
     hydra.run.dir=$d/rl >> $log 2>&1
   echo "== rl ended at $(( $(date +%s) - start )) s" >> $log
   grep -v '"losses"' $d/sft/sft.json | head -40 >> $log
