@@ -162,7 +162,7 @@ def activations(shape: ModelShape, w: Workload) -> int:
 
 def head_positions(w: Workload) -> int:
     """N, the positions TRL's fused head scores: only the completion tokens, rows * max_new (at most T), on CUDA
-    (TRL's Triton path) and on a CPU (agentrl/train/logprobs.py makes TRL take the same path there)."""
+    (TRL's Triton path) and on a CPU (agentrl/fused_head.py makes TRL take the same path there)."""
     return min(w.micro_batch_rows * w.max_new_tokens, micro_batch_token_count(w))
 
 

@@ -5,9 +5,9 @@ model's warm-up on random admissible play (agentrl/tiny_model.py).
 
 Each pair is tokenized as RL sees and produces it. The prompt is `chat_prompt_ids`: the model's chat template
 around one user turn with the generation prompt, cut to its last `max_prompt_tokens` ids as in a rollout. The
-reply is its own ids followed by the end-of-turn id that `HFPolicy` stops at. The pairs reach `SFTTrainer` in
-TRL's tokenized prompt-completion form (`input_ids` and `completion_mask`) with `completion_only_loss=True`, so
-the loss covers the reply tokens only. TRL's own tokenization of conversational prompt-completion pairs is not
+reply is its own ids followed by the end-of-turn id that `HFPolicy` stops at. The pairs reach `SFTTrainer`
+tokenized, as `input_ids` and `labels` that ignore the prompt's ids, so the loss covers the reply tokens only
+(TRL's `SFTTrainer` trains on a `labels` column as given). TRL's own tokenization of conversational prompt-completion pairs is not
 used, for two reasons. Its `max_length` cuts a sequence's end, which is the reply, where a rollout cuts the
 prompt's start. And it would train on the chat template's text after the end-of-turn token ("\\n" in ChatML),
 which generation never produces.
@@ -45,26 +45,30 @@ def pair_ids(tokenizer, prompt: str, reply: str, max_prompt_tokens: int) -> tupl
 
 
 def pairs_ids(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """`pair_ids` of every pair, with one batched tokenizer call for the prompts and one for the replies (the tiny
-    model's tens of thousands of pairs took 0.6 ms each one by one)."""
+    """`pair_ids` of every pair, with one batched tokenizer call for the prompts and one for the distinct replies
+    (the tiny model's tens of thousands of pairs took 0.6 ms each one by one; they hold about 80 distinct replies)."""
     prompts = tokenizer.apply_chat_template(
         [[{"role": "user", "content": prompt}] for prompt, _ in pairs], tokenize=False, add_generation_prompt=True
     )
     prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
-    reply_ids = tokenizer([reply for _, reply in pairs], add_special_tokens=False)["input_ids"]
+    replies = list(dict.fromkeys(reply for _, reply in pairs))
+    ids_of_reply = dict(zip(replies, tokenizer(replies, add_special_tokens=False)["input_ids"]))
     encoded = []
-    for prompt, reply in zip(prompt_ids, reply_ids):
-        prompt, reply = prompt[-max_prompt_tokens:], [*reply, tokenizer.eos_token_id]
+    for prompt, (_, reply_text) in zip(prompt_ids, pairs):
+        prompt, reply = prompt[-max_prompt_tokens:], [*ids_of_reply[reply_text], tokenizer.eos_token_id]
         encoded.append((prompt + reply, [0] * len(prompt) + [1] * len(reply)))
     return encoded
 
 
 def pair_dataset(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int):
-    """The pairs as a `datasets.Dataset` in TRL's tokenized prompt-completion form."""
+    """The pairs as a `datasets.Dataset` of `input_ids` and `labels` (IGNORED over the prompt), the form TRL trains
+    on as given: it builds those labels from a `completion_mask` itself, in a pass over every row (6 s for the tiny
+    model's warm-up)."""
     from datasets import Dataset
 
     encoded = pairs_ids(tokenizer, pairs, max_prompt_tokens) if pairs else []
-    return Dataset.from_dict({"input_ids": [ids for ids, _ in encoded], "completion_mask": [m for _, m in encoded]})
+    labels = [[token if scored else IGNORED for token, scored in zip(ids, mask)] for ids, mask in encoded]
+    return Dataset.from_dict({"input_ids": [ids for ids, _ in encoded], "labels": labels})
 
 
 def sft_config(schedule: Schedule, output_dir: str, device: str = "cpu", precision: str = "fp32"):
@@ -82,7 +86,7 @@ def sft_config(schedule: Schedule, output_dir: str, device: str = "cpu", precisi
         weight_decay=schedule.weight_decay,
         max_grad_norm=schedule.max_grad_norm,
         seed=schedule.seed,
-        completion_only_loss=True,  # the loss covers the reply (the action) only
+        completion_only_loss=True,  # the loss covers the reply (the action) only: pair_dataset's labels say which
         max_length=None,  # already cut, at the prompt's start (pair_ids)
         packing=False,
         gradient_checkpointing=False,  # TRL's default is on; these sequences are short, the memory not needed
@@ -97,25 +101,6 @@ def sft_config(schedule: Schedule, output_dir: str, device: str = "cpu", precisi
     )
 
 
-def full_logits_trainer(sft_trainer_class):
-    """`SFTTrainer` with transformers' own `Trainer.compute_loss`: the model's loss from its full logits, the sum of
-    the reply tokens' negative log-likelihoods divided by their count, as TRL's.
-
-    TRL 1.16 computes the loss with its fused LM head, which scores the positions in tiles without the full logits:
-    built for accelerators and large vocabularies. On CPU, where it has no Triton kernel, it scores every position,
-    the prompt's too, and recomputes each tile in the backward pass: half of a tiny-model warm-up step went there
-    (docs/sft.md, "Deviations"). The gradients are the same (tests/test_supervised.py); TRL's entropy and token
-    accuracy metrics, which agentrl does not read, are not logged."""
-    from transformers import Trainer
-
-    class FullLogitsSFTTrainer(sft_trainer_class):
-        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-            inputs = {**inputs, "use_cache": False}  # as TRL's: no key/value cache in a training forward
-            return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
-
-    return FullLogitsSFTTrainer
-
-
 def sft_trainer(
     model,
     tokenizer,
@@ -128,15 +113,17 @@ def sft_trainer(
     peft_config=None,
     callbacks=(),
 ):
-    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs; on CPU, with
-    the loss from the model's own logits (`full_logits_trainer`)."""
+    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs. Its fused LM
+    head scores the replies' positions only, on a CPU too (agentrl/fused_head.py)."""
     import datasets
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
-    datasets.disable_progress_bars()  # TRL's label-building pass would draw one bar per call
-    trainer_class = full_logits_trainer(SFTTrainer) if device == "cpu" else SFTTrainer
-    trainer = trainer_class(
+    from agentrl.fused_head import score_completion_only
+
+    datasets.disable_progress_bars()  # TRL's dataset passes would draw one bar per call
+    score_completion_only()
+    trainer = SFTTrainer(
         model=model,
         args=sft_config(schedule, output_dir, device, precision),
         train_dataset=pair_dataset(tokenizer, pairs, schedule.max_prompt_tokens),

@@ -1,5 +1,5 @@
 """The log-prob pass's LM head on a CPU: every position projected (TRL's choice without Triton) against the
-completions' positions only (agentrl/train/logprobs.py), on SmolLM2-135M-Instruct.
+completions' positions only (agentrl/fused_head.py), on SmolLM2-135M-Instruct.
 
     python scripts/bench_logprob_head.py                       # 4 rows of 332 + 10 tokens, fp32 and bf16 autocast
     python scripts/bench_logprob_head.py --rows 16 --repeats 3
@@ -29,8 +29,8 @@ def main() -> None:
     from transformers import AutoModelForCausalLM
     from trl.trainer.utils import add_fused_lm_head
 
+    from agentrl.fused_head import score_completion_only
     from agentrl.registry_models import ensure_registry_model
-    from agentrl.train.logprobs import score_completion_only
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_pretrained(str(ensure_registry_model("smollm2-135m-instruct")))

@@ -23,6 +23,7 @@ LAYERS = [
         "cache",
         "ranks",
         "cpu",
+        "fused_head",
         "checkpoints",
         "run_folder",
         "metrics_log",

@@ -29,6 +29,7 @@ from trl.models.utils import unwrap_model_for_generation
 
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
 from agentrl.config import plain_value
+from agentrl.fused_head import score_completion_only
 from agentrl.lora import peft_config
 from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, StepBatch, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
@@ -37,7 +38,6 @@ from agentrl.train import batching, iteration, update
 from agentrl.train.callbacks import IterationCallback
 from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
-from agentrl.train.logprobs import score_completion_only
 from agentrl.train.loss_metrics import LossStats
 from agentrl.train.stopping import ROLLOUT, UPDATE, IterationAbandoned, StopRequest
 from agentrl.train.trl_config import grpo_config, per_device_rows
@@ -81,7 +81,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         rows = max(8, per_device_rows(cfg) * cfg.hardware.num_processes)  # at least one of TRL's batches
         placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * rows})
         args = grpo_config(cfg, output_dir)
-        score_completion_only()  # TRL's fused head: the completion's positions only, on a CPU too (logprobs.py)
+        score_completion_only()  # TRL's fused head: the completion's positions only, on a CPU too (fused_head.py)
         with engine_construction(args, cfg):
             super().__init__(
                 model=model,

@@ -84,7 +84,7 @@ def test_tiled_log_probs_and_entropies_equal_the_full_logits_and_never_hold_them
 
 
 def test_on_a_cpu_the_head_projects_the_completions_positions_only(trainer):
-    """TRL projects every position where it has no Triton; agentrl/train/logprobs.py makes it take its compact
+    """TRL projects every position where it has no Triton; agentrl/fused_head.py makes it take its compact
     path on a CPU too, so a row's prompt is not projected through the vocabulary (docs/architecture.md)."""
     model = trainer.model
     vocab = model.config.vocab_size
