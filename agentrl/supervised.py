@@ -3,14 +3,14 @@
 Two callers: `agentrl sft`, behaviour cloning from an environment's expert (agentrl/sft.py), and the tiny
 model's warm-up on random admissible play (agentrl/tiny_model.py).
 
-Each pair is tokenized as RL sees and produces it. The prompt is `chat_prompt_ids`: the model's chat template
-around one user turn with the generation prompt, cut to its last `max_prompt_tokens` ids as in a rollout. The
-reply is its own ids followed by the end-of-turn id that `HFPolicy` stops at. The pairs reach `SFTTrainer`
-tokenized, as `input_ids` and `labels` that ignore the prompt's ids, so the loss covers the reply tokens only
-(TRL's `SFTTrainer` trains on a `labels` column as given). TRL's own tokenization of conversational prompt-completion pairs is not
-used, for two reasons. Its `max_length` cuts a sequence's end, which is the reply, where a rollout cuts the
-prompt's start. And it would train on the chat template's text after the end-of-turn token ("\\n" in ChatML),
-which generation never produces.
+Each pair is tokenized as RL sees and produces it. The prompt is `chat_prompt_ids`: the model's chat template around
+one user turn with the generation prompt, cut to its last `max_prompt_tokens` ids as in a rollout. The reply is its
+own ids followed by the end-of-turn id that `HFPolicy` stops at. The pairs reach `SFTTrainer` tokenized, as
+`input_ids` and `labels` that ignore the prompt's ids, so the loss covers the reply tokens only (TRL's `SFTTrainer`
+trains on a `labels` column as given). TRL's own tokenization of conversational prompt-completion pairs is not used,
+for two reasons. Its `max_length` cuts a sequence's end, which is the reply, where a rollout cuts the prompt's
+start. And it would train on the chat template's text after the end-of-turn token ("\\n" in ChatML), which
+generation never produces.
 """
 
 from __future__ import annotations

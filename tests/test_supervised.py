@@ -154,9 +154,9 @@ def _first_step_gradients(trainer) -> dict[str, torch.Tensor]:
 
 
 def test_on_cpu_the_loss_scores_the_replies_only_with_the_full_logits_gradients(tokenizer, tmp_path):
-    """agentrl's trainer is TRL's, its fused LM head on its compact path (the reply positions only, agentrl/fused_head.py):
-    its first step's loss and gradients equal the model's own loss from its full logits over the same batch (the
-    whole data set is one batch), the mean over the reply tokens."""
+    """agentrl's trainer is TRL's, its fused LM head on its compact path (the reply positions only,
+    agentrl/fused_head.py): its first step's loss and gradients equal the model's own loss from its full logits
+    over the same batch (the whole data set is one batch), the mean over the reply tokens."""
     import trl.trainer.utils as trl_utils
 
     schedule = _schedule(steps=1, batch_size=len(PAIRS), max_grad_norm=1e9)  # the gradients as computed, unclipped
