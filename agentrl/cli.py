@@ -228,9 +228,9 @@ def report(
 
     from rich.console import Console
 
-    from agentrl.report import build_report, write_report_json
-    from agentrl.report_plot import plot_curves
-    from agentrl.report_table import (
+    from agentrl.report.compare import build_report, write_report_json
+    from agentrl.report.plot import plot_curves
+    from agentrl.report.tables import (
         failed_lines,
         render_agent_table,
         render_table,

@@ -29,18 +29,17 @@ LAYERS = [
         "metrics_log",
         "hydra_paths",
         "progress",
-        "plots",
-        "study",
         "health",
     },
     {"algos"},
+    {"report"},
     {"envs"},
     {"rollout"},
     {"config", "checks", "tracking", "registry_models"},
     {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check", "supervised"},
     {"evaluate"},
     {"train", "sft"},
-    {"launch", "jobs", "report", "report_plot", "report_table", "cli"},
+    {"launch", "jobs", "cli"},
 ]
 MAX_LINES = 400
 REASON = re.compile(r"^Over 400 lines: ", re.M)

@@ -27,7 +27,7 @@ from agentrl.cpu import set_torch_threads
 from agentrl.errors import Stopped, first_line
 from agentrl.hydra_paths import check_writable
 from agentrl.memory_check import check_memory
-from agentrl.plots import plot_run
+from agentrl.report.curves import plot_run
 from agentrl.run_folder import claim, record_end
 from agentrl.train import distributed, stopping
 
