@@ -123,7 +123,7 @@ def export(
         from transformers.utils import logging as hf_logging
 
         from agentrl.evaluate import resolve_checkpoint
-        from agentrl.lora import is_adapter_checkpoint, merge_adapter
+        from agentrl.models.lora import is_adapter_checkpoint, merge_adapter
 
         hf_logging.disable_progress_bar()
         folder = resolve_checkpoint(checkpoint)
@@ -148,7 +148,7 @@ def config(ctx: typer.Context) -> None:
     from agentrl.checks import host_problem
     from agentrl.errors import UserError
     from agentrl.launch import parse_args, preflight_groups
-    from agentrl.memory_check import plan_table, plan_text
+    from agentrl.memory.check import plan_table, plan_text
 
     with user_errors():
         command = parse_args(list(ctx.args))

@@ -414,7 +414,7 @@ class TrainerConfig:
     # recompute each layer's activations in the backward pass instead of keeping them: less memory for one more
     # forward pass per micro-batch of the update (verl's enable_gradient_checkpointing); loss and gradient unchanged
     gradient_checkpointing: bool = False
-    # refuse to start a run whose estimated peak memory per device (agentrl/memory_plan.py, printed by
+    # refuse to start a run whose estimated peak memory per device (agentrl/memory/plan.py, printed by
     # `agentrl config`) is above the device's memory; false: run anyway (the plan sizes every row at its maximum)
     memory_check: bool = True
     # rows per optimizer step over all ranks (verl ppo_mini_batch_size), a multiple of the ranks; None: all

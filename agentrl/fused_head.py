@@ -1,7 +1,7 @@
 """TRL's fused LM head scores the completion's positions only, on every device.
 
 TRL 1.16's fused LM head (`trl.trainer.utils.add_fused_lm_head`) serves both of agentrl's trainers: RL's log-prob pass
-(agentrl/train/) and supervised fine-tuning's loss (agentrl/supervised.py: `agentrl sft` and the tiny model's
+(agentrl/train/) and supervised fine-tuning's loss (agentrl/models/fine_tune.py: `agentrl sft` and the tiny model's
 warm-up). It projects the backbone's hidden states through the LM head in tiles, so that the
 `(rows, positions, vocabulary)` logits never exist at once. Where Triton runs (CUDA, XPU) it projects only the positions whose next token is
 scored, the completion's. Elsewhere it projects every position, the prompt's too, and masks the prompt's

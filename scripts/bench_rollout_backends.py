@@ -160,7 +160,7 @@ def build_model(args) -> None:
     model=smollm2-135m-instruct`), so that neither backend's run pays for it."""
     from agentrl.config import register_configs
     from agentrl.launch import preflight
-    from agentrl.models import resolve_model_source
+    from agentrl.models.load import resolve_model_source
 
     register_configs()
     cfg = preflight("train", ["logger=none", *args.override])

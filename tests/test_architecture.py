@@ -38,7 +38,8 @@ LAYERS = [
     {"envs"},
     {"rollout"},
     {"config", "checks"},
-    {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check", "supervised"},
+    {"models"},
+    {"memory"},
     {"evaluate"},
     {"train", "sft"},
     {"launch", "jobs", "cli"},
@@ -67,7 +68,7 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith("agentrl"))
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentrl"):
-            if node.module == "agentrl":  # `from agentrl import lora`: each name is a module
+            if node.module == "agentrl":  # `from agentrl import metrics_log`: each name is a module
                 found.update(f"agentrl.{alias.name}" for alias in node.names)
             else:
                 found.add(node.module)

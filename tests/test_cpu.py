@@ -87,7 +87,7 @@ def test_bf16_on_a_cpu_without_the_instructions_is_refused_when_the_run_starts(m
 
 
 def test_a_cpu_keeps_fp32_weights_under_bf16():
-    from agentrl.models import weights_precision
+    from agentrl.models.load import weights_precision
 
     assert weights_precision("bf16", "cpu") == "fp32"
     assert weights_precision("bf16", "cuda") == "bf16"

@@ -106,7 +106,7 @@ def test_the_folder_is_a_plain_model(folder):
 
 @pytest.mark.parametrize("kind", sorted(SPECIAL))
 def test_special_tokens(tokenizer, folder, kind):
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     text, token_id = SPECIAL[kind]
     for reader in (tokenizer, load_tokenizer(str(folder))):  # plain AutoTokenizer and agentrl's loader
@@ -121,7 +121,7 @@ def test_chat_template(tokenizer):
 
 @pytest.mark.parametrize("text", sorted(IDS))
 def test_token_ids(tokenizer, folder, text):
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     assert tokenizer(text, add_special_tokens=False)["input_ids"] == IDS[text]
     assert load_tokenizer(str(folder))(text, add_special_tokens=False)["input_ids"] == IDS[text]
@@ -146,7 +146,7 @@ def test_a_second_use_is_offline(folder, cache_dir, monkeypatch):
     """Once cached, model=smollm2-135m-instruct resolves to the folder without pip or the network."""
     from hydra import compose
 
-    from agentrl.models import resolve_model_source
+    from agentrl.models.load import resolve_model_source
 
     def no_download(*args, **kwargs):
         raise AssertionError("downloaded although the model is cached")

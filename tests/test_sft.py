@@ -120,7 +120,7 @@ def _tiny_model_of(cache_dir: Path, *overrides: str) -> Path:
     """The cached tiny-model folder that `agentrl sft <overrides>` started from."""
     from hydra import compose
 
-    from agentrl.tiny_model import ensure_tiny_model
+    from agentrl.models.tiny import ensure_tiny_model
     from tests.conftest import hydra_initialized
 
     with hydra_initialized():
@@ -134,9 +134,9 @@ def expert_logprob(folder: Path, env_level: str = "easy", tasks: int = 8) -> flo
 
     from agentrl.config import HouseholdEnvConfig
     from agentrl.envs.household import HouseholdSuite
-    from agentrl.models import load_model, load_tokenizer
+    from agentrl.models.fine_tune import pair_ids
+    from agentrl.models.load import load_model, load_tokenizer
     from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
-    from agentrl.supervised import pair_ids
 
     suite = HouseholdSuite(level=env_level)
     env_cfg = OmegaConf.structured(HouseholdEnvConfig(level=env_level, prompt_template="compact"))
