@@ -293,7 +293,7 @@ def host_problem(cfg: Any) -> str | None:
 
 def check_host(cfg: Any) -> None:
     """What the run needs from this machine: the accelerate config file, CUDA and enough GPUs, vLLM and a build
-    of it that fits. Called when a run starts (launch.py's job), never when a config is only composed."""
+    of it that fits. Called when a run starts (cli/launch.py's job), never when a config is only composed."""
     hw = cfg.hardware
     if hw.accelerate_config is not None:
         from pathlib import Path

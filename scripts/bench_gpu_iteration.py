@@ -243,7 +243,7 @@ def overrides(args, model_dir: Path, run_dir: Path) -> list[str]:
 
 def memory_plan_of(argv: list[str]) -> dict[str, float]:
     """The memory plan's estimate for the same overrides, in GiB: the peak, each phase, each term."""
-    from agentrl.launch import preflight
+    from agentrl.cli.launch import preflight
     from agentrl.memory.check import plan_of
 
     found = plan_of(preflight("train", argv))

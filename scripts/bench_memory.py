@@ -82,7 +82,7 @@ def settings(model_path: str | None) -> dict[str, list[str]]:
 
 
 def estimate_gib(overrides: list[str]) -> tuple[float, str]:
-    from agentrl.launch import preflight
+    from agentrl.cli.launch import preflight
     from agentrl.memory.check import plan_of, plan_text
     from agentrl.memory.plan import GIB
 
@@ -122,7 +122,7 @@ RECIPE_RUNS = {
 
 def recipe_estimates() -> None:
     """Each real-model recipe's plan on 80 GB H100s (no GPU needed: the plan reads the Qwen2.5 shapes)."""
-    from agentrl.launch import preflight
+    from agentrl.cli.launch import preflight
     from agentrl.memory import check as memory_check
     from agentrl.memory import plan as mp
 

@@ -42,7 +42,7 @@ LAYERS = [
     {"memory"},
     {"evaluate"},
     {"train", "sft"},
-    {"launch", "jobs", "cli"},
+    {"cli"},
 ]
 MAX_LINES = 400
 REASON = re.compile(r"^Over 400 lines: ", re.M)

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
 from agentrl.checks import check_config
+from agentrl.cli.launch import preflight, with_override
 from agentrl.errors import UserError
-from agentrl.launch import preflight, with_override
 from tests.conftest import hydra_initialized
 
 # The bases: each environment's schema for train, the tiny model's fields (model=tiny, the default), eval.

@@ -9,8 +9,8 @@ import torch
 
 from agentrl import cpu
 from agentrl.checks import check_host
+from agentrl.cli.launch import preflight
 from agentrl.errors import UserError
-from agentrl.launch import preflight
 
 
 def test_available_cores_is_within_the_machine():

@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
+from agentrl.cli.launch import preflight
 from agentrl.errors import UserError
-from agentrl.launch import preflight
 from agentrl.memory import check as memory_check
 from agentrl.memory import plan as mp
 from tests.conftest import agentrl_cli

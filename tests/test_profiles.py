@@ -10,9 +10,9 @@ from hydra import compose
 from omegaconf import OmegaConf
 
 from agentrl.checks import check_config
+from agentrl.cli.launch import config_dir, normalise_args
 from agentrl.config import Strategy
 from agentrl.errors import UserError
-from agentrl.launch import config_dir, normalise_args
 from tests.conftest import REPO
 from tests.extras import vllm_installed
 

@@ -250,7 +250,7 @@ def test_an_unknown_registry_model_is_one_line():
 
 def test_the_model_option_composes_without_fetching_and_checks_the_name(monkeypatch):
     """Composing model=smollm2-135m-instruct fetches nothing; model.registry takes the known names only."""
-    from agentrl.launch import preflight
+    from agentrl.cli.launch import preflight
 
     monkeypatch.setattr(registry_models, "ensure_registry_model", lambda *a: pytest.fail("fetched while composing"))
     cfg = preflight("train", [f"model={NAME}"])

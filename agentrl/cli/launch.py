@@ -341,8 +341,8 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     import hydra
     from hydra.errors import CompactHydraException
 
+    from agentrl.cli.jobs import Jobs, failed_under, launcher_failure
     from agentrl.config import register_configs
-    from agentrl.jobs import Jobs, failed_under, launcher_failure
 
     register_configs()
     command = parse_args(args)

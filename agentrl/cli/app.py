@@ -1,7 +1,7 @@
 """The `agentrl` command line.
 
 Thin by design: `train`, `sft` and `eval` hand their extra arguments to Hydra's own
-entry point (agentrl/launch.py), so `-m`, `--cfg`, `hydra.*` overrides,
+entry point (agentrl/cli/launch.py), so `-m`, `--cfg`, `hydra.*` overrides,
 sweepers and launchers behave as Hydra documents them. Heavy libraries (torch,
 transformers) are imported only inside the commands that need them.
 """
@@ -33,7 +33,7 @@ def train(ctx: typer.Context) -> None:
     agentrl train -m seed=0,1,2                     # multirun, one job folder each
     agentrl train --cfg job                         # print the composed config and exit
     """
-    from agentrl.launch import run_hydra
+    from agentrl.cli.launch import run_hydra
 
     def entry(cfg):
         from agentrl.train.run import run_job
@@ -55,7 +55,7 @@ def sft(ctx: typer.Context) -> None:
     agentrl sft model.lora.enabled=true sft.learning_rate=1e-4    # a LoRA adapter, merged into the saved model
     agentrl train model.path=outputs/sft/<date>/<time>/model      # RL from the warm start
     """
-    from agentrl.launch import run_hydra
+    from agentrl.cli.launch import run_hydra
 
     def entry(cfg):
         from agentrl.sft import run_sft
@@ -83,8 +83,8 @@ def evaluate(
     agentrl eval outputs/<run>/checkpoints/last eval.num_tasks=200 eval.episodes_per_task=4
     agentrl eval --random env=household                 # the random admissible baseline
     """
+    from agentrl.cli.launch import run_hydra
     from agentrl.hydra_paths import hydra_quote
-    from agentrl.launch import run_hydra
 
     args = list(ctx.args)
     if checkpoint is not None and ("=" in checkpoint or checkpoint.startswith("-")):  # an override or a flag
@@ -146,8 +146,8 @@ def config(ctx: typer.Context) -> None:
     from rich.syntax import Syntax
 
     from agentrl.checks import host_problem
+    from agentrl.cli.launch import parse_args, preflight_groups
     from agentrl.errors import UserError
-    from agentrl.launch import parse_args, preflight_groups
     from agentrl.memory.check import plan_table, plan_text
 
     with user_errors():
@@ -325,7 +325,3 @@ def alfworld_generate(
             f"wrote games under {Path(out) / 'json_2.1.1'} ({counts}); these are synthetic scenes, "
             "not the ALFRED floor plans"
         )
-
-
-if __name__ == "__main__":
-    app()

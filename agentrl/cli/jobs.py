@@ -1,6 +1,6 @@
 """The job function Hydra runs, and how a multirun's failed jobs reach the sweeping command.
 
-`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/launch.py). Each job checks its
+`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/cli/launch.py). Each job checks its
 config, then what this machine must have (checks.py: check_host: only a job that runs needs vLLM, CUDA or
 GPUs), then runs. In a multirun a failed job is recorded as FAILED.json in its folder and the others go on;
 the sweeping command then exits non-zero and names the failed jobs. Under the basic launcher the jobs run in
