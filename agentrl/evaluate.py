@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.checkpoints import CHECKPOINTS, LAST, MODEL_CONFIGS
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 from agentrl.models.load import load_tokenizer
 from agentrl.models.lora import training_config

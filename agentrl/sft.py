@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 
 MODEL_FOLDER = "model"  # <run folder>/model unless sft.output names one

@@ -159,7 +159,7 @@ def build_model(args) -> None:
     """Build or fetch the model first (the tiny one, or a registry model such as `--override
     model=smollm2-135m-instruct`), so that neither backend's run pays for it."""
     from agentrl.cli.launch import preflight
-    from agentrl.config import register_configs
+    from agentrl.config.store import register_configs
     from agentrl.models.load import resolve_model_source
 
     register_configs()

@@ -37,7 +37,7 @@ LAYERS = [
     {"report"},
     {"envs"},
     {"rollout"},
-    {"config", "checks"},
+    {"config"},
     {"models"},
     {"memory"},
     {"evaluate"},

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hydra import compose
 
-from agentrl.checks import check_config
 from agentrl.cli.launch import normalise_args, parse_args, preflight
+from agentrl.config.checks import check_config
 from agentrl.errors import UserError
 from agentrl.hydra_paths import config_dir
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from agentrl.cli.launch import normalise_args, preflight
-from agentrl.config import register_configs
+from agentrl.config.store import register_configs
 from agentrl.errors import UserError
 from tests.conftest import REPO
 

@@ -7,7 +7,8 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import HouseholdEnvConfig, TinyModelConfig
+from agentrl.config.envs import HouseholdEnvConfig
+from agentrl.config.model import TinyModelConfig
 from agentrl.models.tiny import ensure_tiny_model
 
 
@@ -29,7 +30,8 @@ def test_how_environments_run_does_not_change_the_cached_model():
     """Workers, timeouts and fault injection change how games are run, not the model built from them."""
     from omegaconf import OmegaConf
 
-    from agentrl.config import HouseholdEnvConfig, TinyModelConfig
+    from agentrl.config.envs import HouseholdEnvConfig
+    from agentrl.config.model import TinyModelConfig
     from agentrl.models.tiny import cache_key
 
     tiny = OmegaConf.structured(TinyModelConfig)
@@ -42,7 +44,7 @@ def test_how_environments_run_does_not_change_the_cached_model():
 def test_household_demonstrations_are_fresh_for_every_warm_up_row():
     from omegaconf import OmegaConf
 
-    from agentrl.config import TinyModelConfig
+    from agentrl.config.model import TinyModelConfig
     from agentrl.models.tiny import DEMO_TURNS, demonstration_turns
 
     tiny = OmegaConf.structured(TinyModelConfig(warmup_steps=1500, warmup_batch_size=32))

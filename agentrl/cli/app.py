@@ -145,8 +145,8 @@ def config(ctx: typer.Context) -> None:
     from rich.console import Console
     from rich.syntax import Syntax
 
-    from agentrl.checks import host_problem
     from agentrl.cli.launch import parse_args, preflight_groups
+    from agentrl.config.checks import host_problem
     from agentrl.errors import UserError
     from agentrl.memory.check import plan_table, plan_text
 

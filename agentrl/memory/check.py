@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import registry_models
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 from agentrl.memory import plan as mp
 

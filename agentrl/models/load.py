@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError, first_line
 
 # How a tokenizer trained with `tokenizers` saves itself (transformers 4: PreTrainedTokenizerFast,

@@ -22,7 +22,7 @@ from typing import Any
 
 from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.cpu import set_torch_threads
 from agentrl.errors import Stopped, first_line
 from agentrl.hydra_paths import check_writable

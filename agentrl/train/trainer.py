@@ -28,7 +28,7 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.fused_head import score_completion_only
 from agentrl.models.lora import peft_config
 from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, StepBatch, collect

@@ -6,7 +6,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from agentrl.cli.launch import config_dir, preflight
-from agentrl.config import register_configs
+from agentrl.config.store import register_configs
 from agentrl.errors import UserError
 
 PRESETS = ("grpo", "gigpo", "arpo", "epo")

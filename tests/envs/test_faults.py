@@ -9,7 +9,8 @@ import pytest
 from omegaconf import OmegaConf
 
 from agentrl.cli.launch import preflight
-from agentrl.config import HouseholdEnvConfig, register_configs
+from agentrl.config.envs import HouseholdEnvConfig
+from agentrl.config.store import register_configs
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.faults import FaultyEnv, FaultySuite, InjectedFault, check_fault_share
 from agentrl.envs.household import HouseholdEnv, HouseholdSuite

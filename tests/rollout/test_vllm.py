@@ -13,7 +13,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agentrl.config import Backend, RolloutConfig, VllmConfig, VllmMode
+from agentrl.config.run import RolloutConfig, VllmConfig
+from agentrl.config.values import Backend, VllmMode
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.household import HouseholdSuite
 from agentrl.models.tiny import build_tokenizer

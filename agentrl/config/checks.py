@@ -1,6 +1,6 @@
 """Checks of a composed config, in three parts, each a ``UserError`` with one line before anything is built:
 
-- ``check_fields``: every value against the valid values its schema field states (``agentrl/config.py``:
+- ``check_fields``: every value against the valid values its schema field states (``agentrl/config/``:
   ``valid(...)``), applied by pydantic; non-finite floats are refused everywhere;
 - ``check_cross_fields``: the rules between fields, all here: a group size of 1 with a group-based estimator,
   heads that must divide the hidden size, a setting that cannot apply (an EPO key with the entropy bonus, a vLLM
@@ -18,20 +18,18 @@ import math
 from functools import cache
 from typing import Annotated, Any
 
-from agentrl.config import (
+from agentrl.config.algo import EntropyConfig, GigpoConfig, ReplayConfig
+from agentrl.config.model import LoraConfig
+from agentrl.config.run import VllmConfig
+from agentrl.config.values import (
     AnchorKind,
     Backend,
     Device,
-    EntropyConfig,
     EntropyMode,
     Estimator,
-    GigpoConfig,
-    LoraConfig,
     Norm,
     Precision,
-    ReplayConfig,
     Strategy,
-    VllmConfig,
     VllmMode,
     plain_value,
 )
