@@ -16,10 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.checkpoints import CHECKPOINTS, LAST, MODEL_CONFIGS
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError
-from agentrl.lora import training_config
-from agentrl.models import load_tokenizer
+from agentrl.models.load import load_tokenizer
+from agentrl.models.lora import training_config
 from agentrl.rollout.collector import Policy, PromptSpec, StepBatch, collect, summarize
 
 log = logging.getLogger(__name__)
@@ -188,7 +188,7 @@ def _checkpoint_policy(
     cfg: Any, checkpoint: Path, trained: Any | None, sampling, scratch: ExitStack, seed: int
 ) -> Policy:
     """The policy of a checkpoint (full weights, or a LoRA adapter on its base) on rollout.backend."""
-    from agentrl import lora
+    from agentrl.models import lora
 
     if plain_value(cfg.rollout.backend) == "vllm":
         from agentrl.rollout.vllm_policy import make_eval_policy

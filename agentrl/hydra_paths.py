@@ -1,7 +1,7 @@
 """Where agentrl's Hydra configs live (and a `--config-dir` of the user's), and how to quote a value inside a Hydra override.
 
 It sits in the lowest import layer (docs/architecture.md, "Import layers") because both the CLI
-(launch.py, cli.py) and train/distributed.py need it, and train/ must not import the CLI.
+(cli/launch.py, cli/app.py) and train/distributed.py need it, and train/ must not import the CLI.
 """
 
 from __future__ import annotations

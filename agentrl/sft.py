@@ -7,7 +7,7 @@ setup -> demonstrations -> evaluate before -> fine-tune -> evaluate after -> sav
    every turn of a won episode is one (prompt, `<action>X</action>`) pair;
 2. held-out success before and after, by training's own evaluator: the tasks, sampling and seed of
    `agentrl eval` (eval.*);
-3. TRL's SFTTrainer on the action tokens only (agentrl/supervised.py, also the tiny model's warm-up);
+3. TRL's SFTTrainer on the action tokens only (agentrl/models/fine_tune.py, also the tiny model's warm-up);
 4. a plain model folder (a LoRA adapter merged in) that `agentrl train model.path=...` starts from, with the
    run's config beside it, so that `agentrl eval <folder>` evaluates it on the same environment and protocol.
 """
@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 
 MODEL_FOLDER = "model"  # <run folder>/model unless sft.output names one
@@ -33,7 +33,7 @@ def run_sft(cfg: Any) -> float:
 
     from agentrl.envs.registry import make_suite
     from agentrl.evaluate import evaluation_split
-    from agentrl.models import load_policy
+    from agentrl.models.load import load_policy
     from agentrl.tracking import record_run
 
     hf_logging.disable_progress_bar()
@@ -136,8 +136,8 @@ def _evaluator(cfg: Any, suite, tokenizer):
 
 
 def _fine_tune(cfg: Any, model, tokenizer, pairs):
-    from agentrl.lora import peft_config
-    from agentrl.supervised import Schedule, fine_tune
+    from agentrl.models.fine_tune import Schedule, fine_tune
+    from agentrl.models.lora import peft_config
 
     s = cfg.sft
     schedule = Schedule(

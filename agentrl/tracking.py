@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import health, metrics_log
-from agentrl.config import plain_value
 from agentrl.progress import TrainProgress
 
 log = logging.getLogger(__name__)
@@ -113,7 +112,9 @@ class Tracker:
         self.heldout_at: int | None = None  # the iteration of the latest held-out evaluation
 
     def _start_wandb(self, cfg: Any, group: str | None, job_name: str | None):
-        mode = plain_value(cfg.logger.wandb_mode)
+        # an enum member in a typed config, a string in a plain one; read without the schema's plain_value,
+        # so that tracking stays a shared module below the schema (docs/architecture.md, "Import layers")
+        mode = getattr(cfg.logger.wandb_mode, "value", cfg.logger.wandb_mode)
         if mode == "disabled":
             return None
         import wandb

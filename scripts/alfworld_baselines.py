@@ -20,7 +20,7 @@ from collections import defaultdict
 
 from omegaconf import OmegaConf
 
-from agentrl.config import AlfworldEnvConfig
+from agentrl.config.envs import AlfworldEnvConfig
 from agentrl.envs.alfworld.engine import planner_walkthrough
 from agentrl.envs.registry import make_suite
 from agentrl.envs.workers import make_pool

@@ -259,7 +259,7 @@ def model_shape_of(run_dir: Path) -> dict:
     from omegaconf import OmegaConf
     from transformers import AutoConfig
 
-    from agentrl.models import resolve_model_source
+    from agentrl.models.load import resolve_model_source
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
     config = AutoConfig.from_pretrained(resolve_model_source(cfg.model, cfg.env))

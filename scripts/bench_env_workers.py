@@ -81,7 +81,7 @@ def alfworld(args) -> tuple[Callable, Callable[[int], Task]]:
     """The real ALFWorld engine on the generated pool (or the download, when $ALFWORLD_DATA holds it)."""
     from omegaconf import OmegaConf
 
-    from agentrl.config import AlfworldEnvConfig
+    from agentrl.config.envs import AlfworldEnvConfig
     from agentrl.envs.registry import make_suite
 
     suite = make_suite(OmegaConf.structured(AlfworldEnvConfig(max_steps=args.max_steps or 50)))
@@ -92,7 +92,7 @@ def scienceworld(args) -> tuple[Callable, Callable[[int], Task]]:
     """ScienceWorld's simulator, one JVM per slot (the extra and a Java runtime)."""
     from omegaconf import OmegaConf
 
-    from agentrl.config import ScienceworldEnvConfig
+    from agentrl.config.envs import ScienceworldEnvConfig
     from agentrl.envs.registry import make_suite
 
     suite = make_suite(OmegaConf.structured(ScienceworldEnvConfig(max_steps=args.max_steps or 30)))

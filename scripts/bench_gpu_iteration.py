@@ -2,7 +2,7 @@
 
 Nothing is downloaded. The script
 1. writes a Qwen2.5-<size>-Instruct-shaped folder with random weights and a tokenizer of Qwen2.5's size
-   (151,665 tokens, the 151,936-row embedding, the Qwen2.5 chat template; agentrl/qwen_shapes.py), or
+   (151,665 tokens, the 151,936-row embedding, the Qwen2.5 chat template; agentrl/models/qwen_shapes.py), or
    reuses one given with --model-dir;
 2. runs ONE training iteration through `agentrl train` (the Typer app, Hydra, agentrl.train.run) in this
    process: `hardware=gpu model=qwen2.5-<size>-instruct model.path=<folder> env=household
@@ -60,7 +60,7 @@ PARTS = ("generate", "environment", "old_logps", "ref_logps", "forward_backward"
 
 
 def parse_args() -> argparse.Namespace:
-    from agentrl.qwen_shapes import QWEN25_REGULAR_TOKENS, SIZES
+    from agentrl.models.qwen_shapes import QWEN25_REGULAR_TOKENS, SIZES
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -243,8 +243,8 @@ def overrides(args, model_dir: Path, run_dir: Path) -> list[str]:
 
 def memory_plan_of(argv: list[str]) -> dict[str, float]:
     """The memory plan's estimate for the same overrides, in GiB: the peak, each phase, each term."""
-    from agentrl.launch import preflight
-    from agentrl.memory_check import plan_of
+    from agentrl.cli.launch import preflight
+    from agentrl.memory.check import plan_of
 
     found = plan_of(preflight("train", argv))
     if found is None:
@@ -292,7 +292,7 @@ def main() -> None:
     import trl
 
     from agentrl import metrics_log
-    from agentrl.qwen_shapes import build_folder
+    from agentrl.models.qwen_shapes import build_folder
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda but no CUDA device is visible; use --device cpu --size test")

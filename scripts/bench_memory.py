@@ -82,9 +82,9 @@ def settings(model_path: str | None) -> dict[str, list[str]]:
 
 
 def estimate_gib(overrides: list[str]) -> tuple[float, str]:
-    from agentrl.launch import preflight
-    from agentrl.memory_check import plan_of, plan_text
-    from agentrl.memory_plan import GIB
+    from agentrl.cli.launch import preflight
+    from agentrl.memory.check import plan_of, plan_text
+    from agentrl.memory.plan import GIB
 
     cfg = preflight("train", overrides)
     found = plan_of(cfg)
@@ -122,9 +122,9 @@ RECIPE_RUNS = {
 
 def recipe_estimates() -> None:
     """Each real-model recipe's plan on 80 GB H100s (no GPU needed: the plan reads the Qwen2.5 shapes)."""
-    from agentrl import memory_check
-    from agentrl import memory_plan as mp
-    from agentrl.launch import preflight
+    from agentrl.cli.launch import preflight
+    from agentrl.memory import check as memory_check
+    from agentrl.memory import plan as mp
 
     print("recipe | hardware | peak GiB per GPU (of 79.6) | larger phase | the largest terms")
     for name, runs in RECIPE_RUNS.items():

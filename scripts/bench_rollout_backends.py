@@ -158,9 +158,9 @@ def forward_pass_limit(model_dir: Path, batch: int, prompt_length: int, new_toke
 def build_model(args) -> None:
     """Build or fetch the model first (the tiny one, or a registry model such as `--override
     model=smollm2-135m-instruct`), so that neither backend's run pays for it."""
-    from agentrl.config import register_configs
-    from agentrl.launch import preflight
-    from agentrl.models import resolve_model_source
+    from agentrl.cli.launch import preflight
+    from agentrl.config.store import register_configs
+    from agentrl.models.load import resolve_model_source
 
     register_configs()
     cfg = preflight("train", ["logger=none", *args.override])

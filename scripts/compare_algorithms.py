@@ -40,7 +40,8 @@ from rich.progress import Progress
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl import metrics_log, study  # noqa: E402
+from agentrl import metrics_log  # noqa: E402
+from agentrl.report import study  # noqa: E402
 
 ARMS = {  # label -> the overrides that build it
     "grpo": ["+algo=grpo"],

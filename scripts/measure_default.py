@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from agentrl import metrics_log
-from agentrl.study import success_at, timed_curve
+from agentrl.report.study import success_at, timed_curve
 
 
 def train(seed: int, out: Path, overrides: list[str]) -> dict:

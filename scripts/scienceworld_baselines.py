@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from agentrl.config import ScienceworldEnvConfig  # noqa: E402
+from agentrl.config.envs import ScienceworldEnvConfig
 from agentrl.envs.registry import make_suite  # noqa: E402
 from agentrl.envs.workers import make_pool  # noqa: E402
 from agentrl.rollout.collector import PromptSpec, collect, summarize  # noqa: E402

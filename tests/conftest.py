@@ -73,7 +73,7 @@ def hydra_initialized():
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
-    from agentrl.config import register_configs
+    from agentrl.config.store import register_configs
     from agentrl.hydra_paths import config_dir
 
     register_configs()

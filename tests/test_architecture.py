@@ -29,18 +29,20 @@ LAYERS = [
         "metrics_log",
         "hydra_paths",
         "progress",
-        "plots",
-        "study",
         "health",
+        "tracking",
+        "registry_models",
     },
     {"algos"},
+    {"report"},
     {"envs"},
     {"rollout"},
-    {"config", "checks", "tracking", "registry_models"},
-    {"tiny_model", "qwen_shapes", "models", "lora", "memory_plan", "memory_check", "supervised"},
+    {"config"},
+    {"models"},
+    {"memory"},
     {"evaluate"},
     {"train", "sft"},
-    {"launch", "jobs", "report", "report_plot", "report_table", "cli"},
+    {"cli"},
 ]
 MAX_LINES = 400
 REASON = re.compile(r"^Over 400 lines: ", re.M)
@@ -66,7 +68,7 @@ def imported_modules(path: Path) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names if alias.name.startswith("agentrl"))
         elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("agentrl"):
-            if node.module == "agentrl":  # `from agentrl import lora`: each name is a module
+            if node.module == "agentrl":  # `from agentrl import metrics_log`: each name is a module
                 found.update(f"agentrl.{alias.name}" for alias in node.names)
             else:
                 found.add(node.module)

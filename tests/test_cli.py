@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from hydra import compose
 
-from agentrl.checks import check_config
+from agentrl.cli.launch import normalise_args, parse_args, preflight
+from agentrl.config.checks import check_config
 from agentrl.errors import UserError
 from agentrl.hydra_paths import config_dir
-from agentrl.launch import normalise_args, parse_args, preflight
 
 CONF = config_dir()
 GROUP_PREFIX = {"algo": "+", "debug": "+"}  # groups outside the defaults list are appended
@@ -205,7 +205,7 @@ def test_config_dir_joins_a_search_path_given_too(tmp_path):
 def test_an_experiment_that_chooses_an_algo_takes_another_from_the_command_line(algo):
     """conf/experiment/smollm2_household_cpu.yaml chooses gigpo in its defaults; `algo=grpo` overrides it (Hydra
     alone says "Multiple values for algo" to the `+algo=grpo` agentrl makes of it)."""
-    from agentrl.launch import preflight_groups
+    from agentrl.cli.launch import preflight_groups
 
     cfg, group = preflight_groups("train", normalise_args(["+experiment=smollm2_household_cpu", algo]))
     assert group == "algo"
@@ -221,7 +221,7 @@ def test_an_experiment_that_chooses_an_algo_takes_another_from_the_command_line(
 
 
 def test_an_appended_algo_without_an_experiment_is_unchanged():
-    from agentrl.launch import preflight_groups
+    from agentrl.cli.launch import preflight_groups
 
     cfg, group = preflight_groups("train", normalise_args(["algo=gigpo"]))
     assert group is None and cfg.algo.estimator.value == "gigpo"

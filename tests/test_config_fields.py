@@ -4,7 +4,7 @@ traceback). In-process, through the same path a sweep's values take in the prefl
 own override on a copy, then agentrl's checks), so that the whole walk takes seconds; a few real CLI runs below
 check that such an error is one line with exit code 2.
 
-Also: each number and string states its valid values beside it (config.py, `valid(...)`); the tiny model's
+Also: each number and string states its valid values beside it (agentrl/config/, `valid(...)`); the tiny model's
 dimensions that pass the checks build a model that runs; and the output folder's failures are one line.
 """
 
@@ -20,9 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from omegaconf import DictConfig, OmegaConf
 
-from agentrl.checks import check_config
+from agentrl.cli.launch import preflight, with_override
+from agentrl.config.checks import check_config
 from agentrl.errors import UserError
-from agentrl.launch import preflight, with_override
 from tests.conftest import hydra_initialized
 
 # The bases: each environment's schema for train, the tiny model's fields (model=tiny, the default), eval.
@@ -93,7 +93,8 @@ def _all_fields_static() -> list[tuple[str, str]]:
 
 def test_the_walk_covers_every_field_of_both_schemas(bases):
     """Every field of TrainConfig, EvalRunConfig and SftConfig (and of each env schema and the tiny model) is walked."""
-    from agentrl.config import EvalRunConfig, SftConfig, TrainConfig
+    from agentrl.config.run import EvalRunConfig, TrainConfig
+    from agentrl.config.sft import SftConfig
 
     walked = {key for base, key in _all_fields_static() if base.startswith("train")}
     schema_leaves = set()
@@ -118,10 +119,10 @@ def test_the_walk_covers_every_field_of_both_schemas(bases):
 
 
 def _dataclass_of(annotation):
-    import agentrl.config as config
+    from agentrl.config import algo, envs, model, run, sft
 
     name = str(annotation).replace(" | None", "").strip()
-    cls = getattr(config, name, None)
+    cls = next((getattr(m, name) for m in (algo, envs, model, run, sft) if hasattr(m, name)), None)
     return cls if dataclasses.is_dataclass(cls) else None
 
 
@@ -182,8 +183,8 @@ def test_tiny_dimensions_that_pass_the_checks_build_a_model_that_runs(hidden, he
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from agentrl.checks import check_tiny
-    from agentrl.config import TinyModelConfig
+    from agentrl.config.checks import check_tiny
+    from agentrl.config.model import TinyModelConfig
 
     tiny = OmegaConf.structured(
         TinyModelConfig(hidden_size=hidden, intermediate_size=8, num_layers=layers, num_heads=heads, num_kv_heads=kv)

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from agentrl import cpu
-from agentrl.checks import check_host
+from agentrl.cli.launch import preflight
+from agentrl.config.checks import check_host
 from agentrl.errors import UserError
-from agentrl.launch import preflight
 
 
 def test_available_cores_is_within_the_machine():
@@ -75,19 +75,19 @@ def test_fp16_on_cpu_is_one_line():
 
 def test_bf16_on_a_cpu_without_the_instructions_is_refused_when_the_run_starts(monkeypatch):
     cfg = preflight("train", ["hardware.precision=bf16"])  # the machine that runs it is asked when the run starts
-    monkeypatch.setattr("agentrl.checks.native_bf16", lambda: False)
+    monkeypatch.setattr("agentrl.config.checks.native_bf16", lambda: False)
     with pytest.raises(UserError) as err:
         check_host(cfg)
     assert str(err.value) == (
         "hardware.precision=bf16 on CPU needs bf16 instructions (AVX512-BF16 or AMX), which this CPU lacks; "
         "use hardware.precision=fp32"
     )
-    monkeypatch.setattr("agentrl.checks.native_bf16", lambda: True)
+    monkeypatch.setattr("agentrl.config.checks.native_bf16", lambda: True)
     check_host(cfg)
 
 
 def test_a_cpu_keeps_fp32_weights_under_bf16():
-    from agentrl.models import weights_precision
+    from agentrl.models.load import weights_precision
 
     assert weights_precision("bf16", "cpu") == "fp32"
     assert weights_precision("bf16", "cuda") == "bf16"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hydra import compose
 
-from agentrl.tiny_model import demonstration_turns
+from agentrl.models.tiny import demonstration_turns
 
 
 def test_debug_fast_on_alfworld_takes_a_small_pool_and_a_short_warm_up(hydra_conf):

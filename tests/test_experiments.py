@@ -12,8 +12,8 @@ import pytest
 from hydra import compose
 from omegaconf import OmegaConf
 
-from agentrl.checks import check_config
-from agentrl.config import plain_value
+from agentrl.config.checks import check_config
+from agentrl.config.values import plain_value
 from tests.conftest import REPO, hydra_initialized
 
 EXPERIMENTS = REPO / "conf" / "experiment"

@@ -55,8 +55,8 @@ def test_a_run_that_learns_says_nothing():
 
 
 def test_report_lists_each_runs_warnings(tmp_path, capsys):
-    from agentrl.report import build_report, report_dict
-    from agentrl.report_table import warning_lines
+    from agentrl.report.compare import build_report, report_dict
+    from agentrl.report.tables import warning_lines
 
     for name, evals in [("collapsed", [0.0, 0.45, 0.02]), ("fine", [0.0, 0.3, 0.5])]:
         folder = tmp_path / name

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from agentrl.errors import UserError
-from agentrl.lora import (
+from agentrl.models.lora import (
     base_model_source,
     is_adapter_checkpoint,
     load_adapter_checkpoint,
@@ -130,7 +130,7 @@ def test_eval_on_the_lora_run(lora_run, run_cli, tmp_path):
 def test_export_gives_a_plain_model_with_the_same_logits(lora_run, run_cli, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     out = tmp_path / "exported"
     result = run_cli("export", str(lora_run), "--out", str(out))

@@ -8,10 +8,10 @@ from dataclasses import replace
 
 import pytest
 
-from agentrl import memory_check
-from agentrl import memory_plan as mp
+from agentrl.cli.launch import preflight
 from agentrl.errors import UserError
-from agentrl.launch import preflight
+from agentrl.memory import check as memory_check
+from agentrl.memory import plan as mp
 from tests.conftest import agentrl_cli
 
 # V=100, H=8, L=2, I=16, 2 heads of 4, 1 key/value head: k and v project to 4
@@ -112,7 +112,7 @@ def test_largest_fitting_budget_fits_and_the_next_does_not():
 
 
 def test_a_qwen_config_json_gives_the_published_parameter_count():
-    from agentrl.qwen_shapes import QWEN25_VOCAB_SIZE, SIZES
+    from agentrl.models.qwen_shapes import QWEN25_VOCAB_SIZE, SIZES
 
     shape = mp.ModelShape.from_hf_config({**SIZES["0.5b"], "vocab_size": QWEN25_VOCAB_SIZE, "model_type": "qwen2"})
     assert mp.parameter_count(shape) == 494_032_768  # Qwen2.5-0.5B's safetensors

@@ -8,8 +8,8 @@ import pytest
 from transformers import Qwen2Config
 
 from agentrl.errors import UserError
-from agentrl.models import load_model, load_tokenizer
-from agentrl.tiny_model import build_tokenizer
+from agentrl.models.load import load_model, load_tokenizer
+from agentrl.models.tiny import build_tokenizer
 
 TEXTS = [
     "<action>go to fridge 1</action>",

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import struct
 
-from agentrl.plots import plot_run
+from agentrl.report.curves import plot_run
 
 
 def png_size(path) -> tuple[int, int]:

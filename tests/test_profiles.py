@@ -9,10 +9,10 @@ import pytest
 from hydra import compose
 from omegaconf import OmegaConf
 
-from agentrl.checks import check_config
-from agentrl.config import Strategy
+from agentrl.cli.launch import config_dir, normalise_args
+from agentrl.config.checks import check_config
+from agentrl.config.values import Strategy
 from agentrl.errors import UserError
-from agentrl.launch import config_dir, normalise_args
 from tests.conftest import REPO
 from tests.extras import vllm_installed
 
@@ -172,7 +172,7 @@ def _skip_if_the_host_has_it(case: str) -> None:
 @pytest.mark.parametrize("case", list(HOST_ERRORS))
 def test_host_checks_are_not_config_checks(hydra_conf, case):
     """A config that needs what this machine lacks composes and passes check_config; check_host refuses it."""
-    from agentrl.checks import check_host
+    from agentrl.config.checks import check_host
 
     _skip_if_the_host_has_it(case)
     overrides, expected = HOST_ERRORS[case]

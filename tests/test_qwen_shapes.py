@@ -1,4 +1,4 @@
-"""Qwen2.5-shaped folders (agentrl/qwen_shapes.py): the published architecture numbers, a tokenizer of
+"""Qwen2.5-shaped folders (agentrl/models/qwen_shapes.py): the published architecture numbers, a tokenizer of
 Qwen2.5's size that every reader tokenizes alike, and a small folder trained through the real CLI."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from agentrl import qwen_shapes
-from agentrl.qwen_shapes import ADDED_TOKENS, QWEN25_REGULAR_TOKENS, SIZES
+from agentrl.models import qwen_shapes
+from agentrl.models.qwen_shapes import ADDED_TOKENS, QWEN25_REGULAR_TOKENS, SIZES
 
 TEXTS = [
     "go to fridge 1",
@@ -88,7 +88,7 @@ def test_every_reader_gets_the_same_ids(full_tokenizer):
     from tokenizers import Tokenizer
     from transformers import AutoTokenizer
 
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     raw = Tokenizer.from_file(str(full_tokenizer / "tokenizer.json"))
     auto = AutoTokenizer.from_pretrained(full_tokenizer)
@@ -105,7 +105,7 @@ def test_every_reader_gets_the_same_ids(full_tokenizer):
 
 
 def test_chat_template_is_qwen25s(full_tokenizer):
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     tokenizer = load_tokenizer(str(full_tokenizer))
     text = tokenizer.apply_chat_template(
@@ -127,7 +127,7 @@ def test_a_small_folder_trains_evaluates_and_keeps_its_tokenizer(run_cli, tmp_pa
     model would go; the checkpoint's tokenizer gives the folder's ids."""
     from transformers import AutoTokenizer
 
-    from agentrl.models import load_model, load_tokenizer
+    from agentrl.models.load import load_model, load_tokenizer
 
     folder = tmp_path / "qwen-test"
     report = qwen_shapes.build_folder("test", folder, regular_tokens=2048, dtype="fp32")
@@ -175,7 +175,7 @@ def test_hf_rollouts_sample_the_policy_not_the_folders_generation_defaults(tmp_p
     its behaviour log-probs are the model's own log-softmax of the sampled tokens."""
     import torch
 
-    from agentrl.models import load_model, load_tokenizer
+    from agentrl.models.load import load_model, load_tokenizer
     from agentrl.rollout.collector import Turn
     from agentrl.rollout.policies import HFPolicy, SamplingSpec
 

@@ -106,7 +106,7 @@ def test_the_folder_is_a_plain_model(folder):
 
 @pytest.mark.parametrize("kind", sorted(SPECIAL))
 def test_special_tokens(tokenizer, folder, kind):
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     text, token_id = SPECIAL[kind]
     for reader in (tokenizer, load_tokenizer(str(folder))):  # plain AutoTokenizer and agentrl's loader
@@ -121,7 +121,7 @@ def test_chat_template(tokenizer):
 
 @pytest.mark.parametrize("text", sorted(IDS))
 def test_token_ids(tokenizer, folder, text):
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     assert tokenizer(text, add_special_tokens=False)["input_ids"] == IDS[text]
     assert load_tokenizer(str(folder))(text, add_special_tokens=False)["input_ids"] == IDS[text]
@@ -146,7 +146,7 @@ def test_a_second_use_is_offline(folder, cache_dir, monkeypatch):
     """Once cached, model=smollm2-135m-instruct resolves to the folder without pip or the network."""
     from hydra import compose
 
-    from agentrl.models import resolve_model_source
+    from agentrl.models.load import resolve_model_source
 
     def no_download(*args, **kwargs):
         raise AssertionError("downloaded although the model is cached")
@@ -250,7 +250,7 @@ def test_an_unknown_registry_model_is_one_line():
 
 def test_the_model_option_composes_without_fetching_and_checks_the_name(monkeypatch):
     """Composing model=smollm2-135m-instruct fetches nothing; model.registry takes the known names only."""
-    from agentrl.launch import preflight
+    from agentrl.cli.launch import preflight
 
     monkeypatch.setattr(registry_models, "ensure_registry_model", lambda *a: pytest.fail("fetched while composing"))
     cfg = preflight("train", [f"model={NAME}"])

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from agentrl.cli import app
 from agentrl.errors import UserError
-from agentrl.report import (
+from agentrl.report.compare import (
     build_report,
     find_runs,
     group_runs,
@@ -21,8 +21,8 @@ from agentrl.report import (
     report_dict,
     write_report_json,
 )
-from agentrl.report_plot import plot_curves
-from agentrl.report_table import failed_lines, format_to_threshold, render_agent_table, render_table
+from agentrl.report.plot import plot_curves
+from agentrl.report.tables import failed_lines, format_to_threshold, render_agent_table, render_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -257,7 +257,7 @@ def test_cli_missing_path_is_one_line(tmp_path):
 
 def test_overrides_shared_by_every_configuration_leave_the_labels(tmp_path):
     """A sweep's fixed settings would repeat on every row; labels keep what sets a configuration apart."""
-    from agentrl.report import build_report
+    from agentrl.report.compare import build_report
 
     for i, (algo, seed) in enumerate([("grpo", 0), ("gigpo", 0), ("grpo", 1)]):
         run = tmp_path / str(i)
@@ -322,8 +322,8 @@ def test_the_plot_has_the_credit_panels_where_they_were_logged(tmp_path):
 
 
 def test_the_credit_panels_draw_every_diagnostic_once():
-    from agentrl.report import CREDIT
-    from agentrl.report_plot import CREDIT_PANELS
+    from agentrl.report.compare import CREDIT
+    from agentrl.report.plot import CREDIT_PANELS
 
     drawn = [metric for _, _, _, metrics in CREDIT_PANELS for metric, _ in metrics]
     assert sorted(drawn) == sorted(CREDIT) and len(CREDIT) == 10
@@ -391,7 +391,7 @@ def test_report_tells_finished_stopped_killed_and_crashed_runs_apart(tmp_path):
     statuses = {r["path"]: r["status"]["status"] for r in data["configurations"][0]["runs"]}
     assert statuses == {"a": "finished", "b": "stopped", "c": "killed"}
 
-    from agentrl.report_table import unfinished_lines
+    from agentrl.report.tables import unfinished_lines
 
     lines = unfinished_lines(report)
     assert lines[0] == "runs: 1 finished, 1 stopped, 1 killed, 1 crashed"

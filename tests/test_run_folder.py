@@ -9,8 +9,8 @@ import sys
 import pytest
 
 from agentrl import run_folder
+from agentrl.cli.launch import preflight
 from agentrl.errors import UserError
-from agentrl.launch import preflight
 
 
 def _cfg(*overrides: str):

@@ -43,7 +43,8 @@ def test_an_environment_without_an_expert_is_one_line():
 def test_an_expert_that_wins_nothing_is_one_line():
     from omegaconf import OmegaConf
 
-    from agentrl.config import HouseholdEnvConfig, SftConfig
+    from agentrl.config.envs import HouseholdEnvConfig
+    from agentrl.config.sft import SftConfig
     from agentrl.envs.household import HouseholdSuite
     from agentrl.sft import expert_demonstrations
 
@@ -66,7 +67,8 @@ def test_an_expert_that_wins_nothing_is_one_line():
 def test_random_play_is_mixed_in_from_the_tasks_after_the_experts():
     from omegaconf import OmegaConf
 
-    from agentrl.config import HouseholdEnvConfig, SftConfig
+    from agentrl.config.envs import HouseholdEnvConfig
+    from agentrl.config.sft import SftConfig
     from agentrl.envs.household import HouseholdSuite
     from agentrl.rollout.parsing import parse_action
     from agentrl.sft import expert_demonstrations, random_demonstrations
@@ -120,7 +122,7 @@ def _tiny_model_of(cache_dir: Path, *overrides: str) -> Path:
     """The cached tiny-model folder that `agentrl sft <overrides>` started from."""
     from hydra import compose
 
-    from agentrl.tiny_model import ensure_tiny_model
+    from agentrl.models.tiny import ensure_tiny_model
     from tests.conftest import hydra_initialized
 
     with hydra_initialized():
@@ -132,11 +134,11 @@ def expert_logprob(folder: Path, env_level: str = "easy", tasks: int = 8) -> flo
     """Mean log-probability per token of household's expert replies on held-out tasks, under RL's prompts."""
     from omegaconf import OmegaConf
 
-    from agentrl.config import HouseholdEnvConfig
+    from agentrl.config.envs import HouseholdEnvConfig
     from agentrl.envs.household import HouseholdSuite
-    from agentrl.models import load_model, load_tokenizer
+    from agentrl.models.fine_tune import pair_ids
+    from agentrl.models.load import load_model, load_tokenizer
     from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
-    from agentrl.supervised import pair_ids
 
     suite = HouseholdSuite(level=env_level)
     env_cfg = OmegaConf.structured(HouseholdEnvConfig(level=env_level, prompt_template="compact"))

@@ -1,11 +1,11 @@
-"""The seed study's statistics (agentrl/study.py) on hand-built metric logs."""
+"""The seed study's statistics (agentrl/report/study.py) on hand-built metric logs."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from agentrl import study
+from agentrl.report import study
 
 
 def log(successes: dict[int, float], seconds_per_iteration: float = 2.0, credit: float | None = 0.5) -> list[dict]:

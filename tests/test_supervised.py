@@ -1,4 +1,4 @@
-"""Supervised fine-tuning on TRL's SFTTrainer (agentrl/supervised.py): the prompt is masked out of the loss, the
+"""Supervised fine-tuning on TRL's SFTTrainer (agentrl/models/fine_tune.py): the prompt is masked out of the loss, the
 prompt ids are RL's, training raises the replies' likelihood, and a LoRA adapter comes back merged."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
+from agentrl.models.fine_tune import IGNORED, Schedule, fine_tune, pair_ids, pairs_ids, sft_trainer
+from agentrl.models.tiny import build_tokenizer
 from agentrl.rollout.policies import chat_prompt_ids
-from agentrl.supervised import IGNORED, Schedule, fine_tune, pair_ids, pairs_ids, sft_trainer
-from agentrl.tiny_model import build_tokenizer
 
 PAIRS = [
     (f"Task: put a {thing} in the fridge. You see a {place}. Actions: go to fridge 1, take {thing}", reply)

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from agentrl.config import register_configs
+from agentrl.cli.launch import normalise_args, preflight
+from agentrl.config.store import register_configs
 from agentrl.errors import UserError
-from agentrl.launch import normalise_args, preflight
 from tests.conftest import REPO
 
 pytest.importorskip(
@@ -62,13 +62,13 @@ def test_bad_sweep_on_the_command_line_is_one_line(override, expected):
 
 def test_typo_in_a_search_space_file_is_one_line(tmp_path, monkeypatch):
     """A key misspelled in hydra.sweeper.params of a config file fails before the first trial."""
-    import agentrl.launch
+    import agentrl.cli.launch
 
     conf = tmp_path / "conf"
-    shutil.copytree(agentrl.launch.config_dir(), conf)
+    shutil.copytree(agentrl.cli.launch.config_dir(), conf)
     text = (conf / "hparams_search" / "optuna.yaml").read_text()
     (conf / "hparams_search" / "mine.yaml").write_text(text.replace("algo.kl_coef:", "algo.kl_coeff:"))
-    monkeypatch.setattr(agentrl.launch, "config_dir", lambda: conf)
+    monkeypatch.setattr(agentrl.cli.launch, "config_dir", lambda: conf)
     with pytest.raises(UserError) as err:
         preflight("train", ["+hparams_search=mine"], multirun=True)
     assert str(err.value).startswith("unknown config key 'algo.kl_coeff'; did you mean algo.kl_coef")
@@ -97,7 +97,7 @@ FAKE_SWEEP = textwrap.dedent("""
     import json, sys
     from pathlib import Path
     from agentrl.errors import user_errors
-    from agentrl.launch import run_hydra
+    from agentrl.cli.launch import run_hydra
 
     fail_jobs = {int(n) for n in sys.argv[1].split(",") if n}
     nan_jobs = {int(n) for n in sys.argv[2].split(",") if n}

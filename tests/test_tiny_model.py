@@ -7,8 +7,9 @@ import json
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import HouseholdEnvConfig, TinyModelConfig
-from agentrl.tiny_model import ensure_tiny_model
+from agentrl.config.envs import HouseholdEnvConfig
+from agentrl.config.model import TinyModelConfig
+from agentrl.models.tiny import ensure_tiny_model
 
 
 def test_built_once_reused_and_keyed_by_its_settings(tmp_path):
@@ -29,8 +30,9 @@ def test_how_environments_run_does_not_change_the_cached_model():
     """Workers, timeouts and fault injection change how games are run, not the model built from them."""
     from omegaconf import OmegaConf
 
-    from agentrl.config import HouseholdEnvConfig, TinyModelConfig
-    from agentrl.tiny_model import cache_key
+    from agentrl.config.envs import HouseholdEnvConfig
+    from agentrl.config.model import TinyModelConfig
+    from agentrl.models.tiny import cache_key
 
     tiny = OmegaConf.structured(TinyModelConfig)
     plain = OmegaConf.structured(HouseholdEnvConfig)
@@ -42,8 +44,8 @@ def test_how_environments_run_does_not_change_the_cached_model():
 def test_household_demonstrations_are_fresh_for_every_warm_up_row():
     from omegaconf import OmegaConf
 
-    from agentrl.config import TinyModelConfig
-    from agentrl.tiny_model import DEMO_TURNS, demonstration_turns
+    from agentrl.config.model import TinyModelConfig
+    from agentrl.models.tiny import DEMO_TURNS, demonstration_turns
 
     tiny = OmegaConf.structured(TinyModelConfig(warmup_steps=1500, warmup_batch_size=32))
     assert demonstration_turns(tiny, "household") == 48_000  # one turn per row: no pair is trained on twice

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from agentrl.models import load_tokenizer
+from agentrl.models.load import load_tokenizer
 
 STRINGS = [
     "go to fridge 1",

@@ -7,7 +7,8 @@ import logging
 
 from omegaconf import OmegaConf
 
-from agentrl.config import HouseholdEnvConfig, TrainConfig
+from agentrl.config.envs import HouseholdEnvConfig
+from agentrl.config.run import TrainConfig
 from agentrl.metrics_log import read_records
 from agentrl.tracking import Tracker, record_run
 

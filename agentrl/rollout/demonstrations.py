@@ -3,7 +3,7 @@
 The same path as RL: `collect` builds every prompt with the run's template and history window, so a
 demonstration's prompt is exactly what the policy will be asked at that turn. Two players use it:
 
-- the tiny model's build, with a random admissible policy (agentrl/tiny_model.py);
+- the tiny model's build, with a random admissible policy (agentrl/models/tiny.py);
 - `agentrl sft`, with the environment's expert (`ExpertPolicy`: the suite's optional `expert_plan`,
   docs/environments.md), whose replies are in the format RL parses, `<action>X</action>`.
 """

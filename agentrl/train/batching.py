@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 from agentrl.rollout.collector import StepBatch
 

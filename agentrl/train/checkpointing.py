@@ -139,7 +139,7 @@ class CheckpointHooks:
             return
         (staged / TRAINING_CONFIG).write_text(OmegaConf.to_yaml(self.cfg, resolve=True))
         if self.cfg.model.lora.enabled and self.cfg.model.lora.merge_on_save:
-            from agentrl.lora import merge_on_save
+            from agentrl.models.lora import merge_on_save
 
             merge_on_save(staged)  # <checkpoint>/merged/: a plain model that loads without PEFT
         publish(staged, root, keep_last=self.args.save_total_limit)

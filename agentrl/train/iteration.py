@@ -22,7 +22,7 @@ from agentrl.algos.entropy import EntropyRegularizer
 from agentrl.algos.gigpo import gigpo, gigpo_levels, step_group_codes, step_group_metrics
 from agentrl.algos.grpo import grpo, rloo
 from agentrl.algos.replay import ReplayBuffer, ReplayRule
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.envs.base import Task
 from agentrl.envs.faults import check_fault_share
 from agentrl.errors import UserError
@@ -191,7 +191,7 @@ def step_anchors(algo: Any, batch: StepBatch) -> list:
 def gigpo_step_groups(algo: Any, batch: StepBatch) -> np.ndarray | None:
     """GiGPO's step-group code per row, for every estimator (the diagnostics read them); None for an empty batch.
 
-    Under GRPO and RLOO `algo.gigpo` holds its defaults (checks.py refuses others), so these are the step
+    Under GRPO and RLOO `algo.gigpo` holds its defaults (config/checks.py refuses others), so these are the step
     groups GiGPO's defaults would form. A team's agents are kept apart, as in GiGPO's own grouping.
     """
     if not len(batch):

@@ -1,6 +1,6 @@
 """`agentrl train` in three phases: `setup(cfg) -> Run`, `train(run)`, `finish(run)`.
 
-- `setup`: the memory plan's check (agentrl/memory_check.py), the run folder's record, the resumed checkpoint, the
+- `setup`: the memory plan's check (agentrl/memory/check.py), the run folder's record, the resumed checkpoint, the
   environment suite, the model, the task sampler, the environment pool, the evaluator, the tracker and the trainer,
   with the signal handlers installed.
 - `train`: ARPO's optional task selection (or the resumed agentrl state), then TRL's loop. A signal ends it
@@ -22,12 +22,12 @@ from typing import Any
 
 from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.cpu import set_torch_threads
 from agentrl.errors import Stopped, first_line
 from agentrl.hydra_paths import check_writable
-from agentrl.memory_check import check_memory
-from agentrl.plots import plot_run
+from agentrl.memory.check import check_memory
+from agentrl.report.curves import plot_run
 from agentrl.run_folder import claim, record_end
 from agentrl.train import distributed, stopping
 
@@ -55,7 +55,7 @@ def run_job(cfg: Any) -> float:
     """The CLI's entry: launch the ranks when the job needs several, else the three phases here."""
     from hydra.core.hydra_config import HydraConfig
 
-    from agentrl.models import resolve_model_source
+    from agentrl.models.load import resolve_model_source
 
     hydra_cfg = HydraConfig.get()
     folder = Path(hydra_cfg.runtime.output_dir)
@@ -136,7 +136,7 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
     from agentrl.evaluate import PeriodicEvaluator, evaluation_split
-    from agentrl.models import load_policy
+    from agentrl.models.load import load_policy
     from agentrl.tracking import NullTracker, Tracker, record_run
     from agentrl.train.sampler import TaskSampler
     from agentrl.train.trainer import AgentTrainer

@@ -7,7 +7,8 @@ integration"):
   returns TRL's batch dict (one row per agent turn, in training order);
 - `training_step` collects once per iteration, then takes one optimizer step per PPO mini-batch
   (`trainer.mini_batch_size` rows over all ranks) and epoch (`trainer.epochs`), each over micro-batches,
-  against old log-probabilities taken once before the first step, as verl's `update_policy` does;
+  against old log-probabilities taken once before the first step, as verl's `update_policy` does (the schedule:
+  `MiniBatchSchedule`, agentrl/train/schedule.py; the log-prob passes: `LogProbPasses`, agentrl/train/logprobs.py);
 - `_compute_loss` is agentrl's loss (`agentrl/algos/policy_loss.py`: PPO-clip with dual clip, the clamped
   k3 KL, token- or seq-mean over the mini-batch) plus the entropy term (a bonus or EPO smoothing);
 - with vLLM, `VLLMHooks` (agentrl/train/vllm_hooks.py) gives TRL's engine the trainer's precision, syncs its
@@ -28,9 +29,9 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.fused_head import score_completion_only
-from agentrl.lora import peft_config
+from agentrl.models.lora import peft_config
 from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, StepBatch, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
@@ -38,7 +39,9 @@ from agentrl.train import batching, iteration, update
 from agentrl.train.callbacks import IterationCallback
 from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
+from agentrl.train.logprobs import LogProbPasses
 from agentrl.train.loss_metrics import LossStats
+from agentrl.train.schedule import MiniBatchSchedule
 from agentrl.train.stopping import ROLLOUT, UPDATE, IterationAbandoned, StopRequest
 from agentrl.train.trl_config import grpo_config, per_device_rows
 from agentrl.train.vllm_hooks import VLLMHooks, engine_construction
@@ -49,7 +52,7 @@ def _unused_reward(prompts, completions, **kwargs):
     return [0.0] * len(prompts)
 
 
-class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
+class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule, GRPOTrainer):
     def __init__(
         self,
         *,
@@ -221,78 +224,6 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
             out.update(self._vllm_importance_keys(batch, order, padding, out))
         return out
 
-    def _add_policy_logps(self, batch: dict[str, Any]) -> None:
-        """Before the first step: the old log-probabilities when the iteration takes several steps (else the
-        ratio's denominator is the current policy, detached), and the KL reference's when the KL term is on.
-        Old ones already there (ARPO's behaviour log-probs, vLLM's trainer-side ones) are kept."""
-        rows = batch["advantages"].shape[0]
-        if "old_per_token_logps" not in batch and self.optimizer_steps_per_iteration(rows) > 1:
-            batch["old_per_token_logps"] = self._old_logps(batch)  # the policy that generated the rows
-        if self.beta != 0.0 and rows:
-            batch["ref_per_token_logps"] = self._reference_logps(batch)
-
-    def rows_per_mini_batch(self) -> int | None:
-        return update.rows_per_mini_batch(self.cfg.trainer.mini_batch_size, self.accelerator.num_processes)
-
-    def mini_batch_rows(self, rows: int) -> int:
-        return self.rows_per_mini_batch() or max(rows, 1)
-
-    def optimizer_steps_per_iteration(self, rows: int) -> int:
-        return update.optimizer_steps(rows, self.mini_batch_rows(rows), self.cfg.trainer.epochs)
-
-    @torch.no_grad()
-    def _old_logps(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The PPO ratio's old log-probabilities, taken once before the first update (verl's
-        `compute_log_prob`), in eval mode as the reference does (no dropout)."""
-        was_training = self.model.training
-        self.model.eval()
-        try:
-            return self._logps_of(self.model, batch)
-        finally:
-            self.model.train(was_training)
-
-    def _rows_to_pad(self, rows: int) -> int:
-        """Rows of padding that bring this rank to the largest rank's row count, so that every rank runs the
-        same number of equally sized micro-batches (TRL's loss gathers across ranks; unequal ranks hang)."""
-        if self.accelerator.num_processes == 1:
-            return 0
-        counts = self.accelerator.gather(torch.tensor([rows], device=self.accelerator.device))
-        return int(counts.max()) - rows
-
-    @torch.no_grad()
-    def _reference_logps(self, batch: dict[str, Any]) -> torch.Tensor:
-        """The KL reference's log-probs: the frozen copy, or with LoRA the base model (adapter disabled, as TRL does)."""
-        if self.ref_model is not None:
-            return self._logps_of(self.ref_model, batch)
-        from trl.trainer.utils import use_adapter
-
-        peft_model = self.accelerator.unwrap_model(self.model)
-        with use_adapter(peft_model, adapter_name="ref" if "ref" in peft_model.peft_config else None):
-            return self._logps_of(self.model, batch)
-
-    def _logps_of(self, model, batch: dict[str, Any]) -> torch.Tensor:
-        """Every row's completion log-probs, (rows, the batch's completion width), over the same micro-batches as
-        the update. With a token budget each micro-batch is trimmed to its own columns (the budget counts those) and
-        its log-probs padded back with zeros, which the completion mask leaves out; without one, untrimmed."""
-        t = self.cfg.trainer
-        budget = t.micro_batch_tokens
-        width = batch["completion_ids"].size(1)
-        bounds = update.micro_batch_bounds(batch, t.micro_batch_size, budget, self.accelerator)
-        chunks = []
-        for micro in batching.row_slices(batch, bounds, trim=budget is not None):
-            ids = torch.cat([micro["prompt_ids"], micro["completion_ids"]], dim=1)
-            mask = torch.cat([micro["prompt_mask"], micro["completion_mask"]], dim=1)
-            logps, _ = self._token_logps(model, ids, mask, micro["completion_ids"].size(1))
-            chunks.append(torch.nn.functional.pad(logps, (0, width - logps.size(1))))
-        return torch.cat(chunks, dim=0)
-
-    def _token_logps(self, model, ids, attention, completion_tokens: int, entropies: bool = False):
-        """Each completion token's log-probability (and entropy) by TRL's pass (private in 1.16: called here alone)."""
-        logps, token_entropies, _ = self._get_per_token_logps_and_entropies(
-            model, ids, attention, completion_tokens, compute_entropy=entropies
-        )
-        return logps, token_entropies
-
     # ------------------------------------------------------------------ the loss of one micro-batch
 
     def _compute_loss(self, model, inputs):
@@ -364,10 +295,6 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, GRPOTrainer):
         if not on_every_rank(self.accelerator, bool(torch.isfinite(batch["advantages"]).all())):
             return self._accept_update(model, False)
         return True
-
-    def _mini_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """One epoch's mini-batches, cut and counted over ranks once."""
-        return update.cut_mini_batches(batch, self.mini_batch_rows(batch["advantages"].shape[0]), self.accelerator)
 
     def _end_iteration_metrics(self, result: update.UpdateResult, update_s: float) -> None:
         """The update's metrics; EPO's entropy history takes the iteration's mean entropy over every rank's tokens

@@ -11,7 +11,7 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.train.vllm_options import grpo_vllm_kwargs
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from agentrl.config import IMPORTANCE_SAMPLING_MODES, plain_value
+from agentrl.config.values import IMPORTANCE_SAMPLING_MODES, plain_value
 
 
 def grpo_vllm_kwargs(cfg: Any) -> dict[str, Any]:

@@ -36,7 +36,7 @@ class _Requeue:
 
 try:
     from hydra_plugins.hydra_submitit_launcher import submitit_launcher
-except ImportError:  # the sweep extra is not installed: hardware=slurm says so in one line (agentrl/launch.py)
+except ImportError:  # the sweep extra is not installed: hardware=slurm says so in one line (agentrl/cli/launch.py)
     pass
 else:
 

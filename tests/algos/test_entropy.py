@@ -349,7 +349,7 @@ def test_state_dict_round_trip_continues_identically():
 
 
 def test_accepts_config_enum_mode():
-    class EntropyMode(str, enum.Enum):  # as in agentrl.config
+    class EntropyMode(str, enum.Enum):  # as in agentrl.config.values
         epo = "epo"
 
     reg = EntropyRegularizer(EntropyMode.epo)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import register_configs
+from agentrl.cli.launch import config_dir, preflight
+from agentrl.config.store import register_configs
 from agentrl.errors import UserError
-from agentrl.launch import config_dir, preflight
 
 PRESETS = ("grpo", "gigpo", "arpo", "epo")
 

@@ -123,7 +123,7 @@ def test_apply_draws_before_it_stores():
 def test_score_rollout_stores_the_original_batch():
     from types import SimpleNamespace
 
-    from agentrl.config import AlgoConfig
+    from agentrl.config.algo import AlgoConfig
     from agentrl.train.iteration import score_rollout
 
     cfg = SimpleNamespace(algo=AlgoConfig(), env=SimpleNamespace(max_fault_share=1.0))

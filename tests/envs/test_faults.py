@@ -8,14 +8,15 @@ import pickle
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import HouseholdEnvConfig, register_configs
+from agentrl.cli.launch import preflight
+from agentrl.config.envs import HouseholdEnvConfig
+from agentrl.config.store import register_configs
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.faults import FaultyEnv, FaultySuite, InjectedFault, check_fault_share
 from agentrl.envs.household import HouseholdEnv, HouseholdSuite
 from agentrl.envs.registry import make_suite
 from agentrl.envs.workers import REPLACED, EnvFault, InlinePool, ProcessPool
 from agentrl.errors import UserError
-from agentrl.launch import preflight
 from agentrl.rollout.collector import PromptSpec, collect, summarize
 from agentrl.rollout.policies import RandomPolicy
 

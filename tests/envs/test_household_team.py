@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import HouseholdTeamEnvConfig
+from agentrl.config.envs import HouseholdTeamEnvConfig
 from agentrl.envs.household import HouseholdSuite, solve
 from agentrl.envs.household_team import HouseholdTeamSuite
 from agentrl.envs.registry import make_suite

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import HouseholdEnvConfig
+from agentrl.config.envs import HouseholdEnvConfig
 from agentrl.envs.base import has_expert
 from agentrl.envs.household import HouseholdSuite, solve
 from agentrl.rollout.collector import PromptSpec, collect

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from agentrl.envs.base import Observation
+from agentrl.models.tiny import build_tokenizer
 from agentrl.rollout.collector import Reply, Turn
 from agentrl.rollout.demonstrations import action_reply
 from agentrl.rollout.exploration import AdmissibleProbe, admissible_spread, reply_logprobs
 from agentrl.rollout.policies import chat_prompt_ids
-from agentrl.tiny_model import build_tokenizer
 from tests.test_supervised import _model
 
 PROMPT = "You are in the kitchen. You see a fridge 1 and a table 1. Actions: go to fridge 1, take apple from table 1"

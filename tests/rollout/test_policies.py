@@ -6,9 +6,9 @@ import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.envs.household import HouseholdSuite
+from agentrl.models.tiny import build_tokenizer
 from agentrl.rollout.collector import PromptSpec, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
-from agentrl.tiny_model import build_tokenizer
 
 
 def test_behaviour_logprobs_match_a_forward_pass():

@@ -13,13 +13,14 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from agentrl.config import Backend, RolloutConfig, VllmConfig, VllmMode
+from agentrl.config.run import RolloutConfig, VllmConfig
+from agentrl.config.values import Backend, VllmMode
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.household import HouseholdSuite
+from agentrl.models.tiny import build_tokenizer
 from agentrl.rollout.collector import PromptSpec, collect
 from agentrl.rollout.policies import RandomPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import AccelerateWorld, TrainerVLLMPolicy, pad_prompts, sampled_token_logprobs
-from agentrl.tiny_model import build_tokenizer
 from agentrl.train.vllm_options import grpo_vllm_kwargs, importance_sampling_ratio
 from tests.extras import vllm_installed
 

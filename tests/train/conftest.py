@@ -27,7 +27,7 @@ def built_trainer(cache_dir, output_dir, overrides=()):
 
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
-    from agentrl.models import load_policy
+    from agentrl.models.load import load_policy
     from agentrl.tracking import NullTracker
     from agentrl.train.sampler import TaskSampler
     from tests.conftest import hydra_initialized

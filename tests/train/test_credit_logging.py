@@ -10,7 +10,8 @@ from omegaconf import OmegaConf
 
 from agentrl.algos.credit_diagnostics import CREDIT_METRICS, CreditRows
 from agentrl.algos.replay import ReplayBuffer
-from agentrl.config import AlgoConfig, Estimator
+from agentrl.config.algo import AlgoConfig
+from agentrl.config.values import Estimator
 from agentrl.rollout.collector import StepBatch
 from agentrl.train.iteration import gigpo_step_groups, score_rollout, step_credit
 

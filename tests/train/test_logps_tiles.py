@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from agentrl.memory_plan import TOKEN_TILE
+from agentrl.memory.plan import TOKEN_TILE
 
 ROWS, PROMPT, COMPLETION = 8, 24, 600  # 4,800 completion positions: more than one tile of TOKEN_TILE
 

@@ -6,7 +6,7 @@ TRL's (issue 12): the first two iterations are unchanged; the third differs beca
 the KL term by the (differentiable) ratio by default, and verl does not, so the KL gradient of
 iteration 2 changed. Issue 13 re-recorded all of them: the tiny model changed (Qwen2's pre-tokenization,
 two heads of dimension 32 for vLLM's CPU kernels). Issue 26 re-recorded all of them once more: the tiny model's
-warm-up moved onto TRL's SFTTrainer (agentrl/supervised.py, `agentrl sft`'s mechanism), which draws its batches,
+warm-up moved onto TRL's SFTTrainer (agentrl/models/fine_tune.py, `agentrl sft`'s mechanism), which draws its batches,
 initialises its optimizer and weights its loss by TRL's rules, so the warmed-up model the run starts from changed.
 Recorded with `scripts/pinned_drift.py`'s `run()` (the RUN and OVERRIDES below, seed 0, a fresh cache). A change
 that is meant to change training (a new tiny-model layout, a new loss detail) re-records them in the same commit,

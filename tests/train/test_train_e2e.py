@@ -58,7 +58,7 @@ def test_every_parameter_changed(trained_run, cache_dir):
     # other levels' and sizes'), so it is found by the run's own config, as the run found it
     from omegaconf import OmegaConf
 
-    from agentrl.tiny_model import cache_key
+    from agentrl.models.tiny import cache_key
 
     cfg = OmegaConf.load(run_dir / "config.yaml")
     start = Path(cache_dir) / "tiny" / f"{cfg.env.name}-{cache_key(cfg.model.tiny, cfg.env)}"
@@ -121,7 +121,7 @@ def test_tokenizer_round_trips_through_the_checkpoint(trained_run):
     """The checkpoint's tokenizer gives the ids of its own tokenizer.json (not a Qwen2 rebuild of it)."""
     from tokenizers import Tokenizer
 
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     run_dir, _ = trained_run
     [checkpoint] = list((run_dir / "checkpoints").glob("checkpoint-*"))

@@ -34,7 +34,7 @@ def vllm_trainer(cache_dir, tmp_path_factory):
 
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
-    from agentrl.models import load_policy
+    from agentrl.models.load import load_policy
     from agentrl.tracking import NullTracker
     from agentrl.train.sampler import TaskSampler
     from agentrl.train.trainer import AgentTrainer

@@ -117,7 +117,7 @@ def test_the_cpu_build_refuses_a_cuda_profile(hydra_conf):
     checked in-process here."""
     from hydra import compose
 
-    from agentrl.checks import check_vllm
+    from agentrl.config.checks import check_vllm
     from agentrl.errors import UserError
     from agentrl.rollout.vllm_engine import installed_vllm
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import AlfworldEnvConfig
+from agentrl.config.envs import AlfworldEnvConfig
 from agentrl.envs.alfworld.adapter import AlfworldEnv, split_first_observation
 from agentrl.envs.alfworld.engine import planner_walkthrough
 from agentrl.envs.registry import make_suite

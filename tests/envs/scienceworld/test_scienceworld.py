@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
-from agentrl.config import ScienceworldEnvConfig
+from agentrl.config.envs import ScienceworldEnvConfig
 from agentrl.envs.registry import make_suite
 from agentrl.envs.scienceworld.adapter import EPO_EXCLUDED, SPLITS, variation_table
 from agentrl.envs.workers import EnvFault, make_pool

@@ -12,9 +12,9 @@ TRL's and agentrl's own code.
 
 import os
 
-import agentrl.checks
+import agentrl.config.checks
 
-agentrl.checks.STRATEGIES_ON_CPU.add("fsdp")
+agentrl.config.checks.STRATEGIES_ON_CPU.add("fsdp")
 
 if os.environ.get("ACCELERATE_USE_FSDP", "false").lower() == "true" and "LOCAL_RANK" in os.environ:
     import accelerate.state as _state

@@ -1,7 +1,7 @@
 """`agentrl report`: compare configurations across seeds from their run folders.
 
 find_runs -> load_run -> group_runs (overrides but `seed=...`) -> build_report -> report_dict (report.json);
-agentrl/report_table.py draws the tables and agentrl/report_plot.py the plot. The numbers come from one pandas table of
+agentrl/report/tables.py draws the tables and agentrl/report/plot.py the plot. The numbers come from one pandas table of
 iterations × runs (`metric_table`). A run's "final" value is the metric's value in the last record that has one; "best" is its
 maximum; "iterations to threshold" is the first iteration whose value is >= the threshold. Spread over seeds is
 the sample standard deviation (ddof=1); with one seed there is none (shown without "±", null in JSON). The curve
@@ -29,7 +29,7 @@ import yaml
 from agentrl import health, metrics_log, run_folder
 from agentrl.algos.credit_diagnostics import CREDIT_METRICS
 from agentrl.errors import UserError
-from agentrl.plots import write_file
+from agentrl.report.curves import write_file
 
 DEFAULT_METRIC = "eval/success"
 METRICS = metrics_log.FILENAME

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError, first_line
 
 # How a tokenizer trained with `tokenizers` saves itself (transformers 4: PreTrainedTokenizerFast,
@@ -40,7 +40,7 @@ def resolve_model_source(model_cfg: Any, env_cfg: Any) -> str:
             raise UserError(f"model.path={model_cfg.path} does not exist")
         return str(path)
     if model_cfg.tiny is not None:
-        from agentrl.tiny_model import ensure_tiny_model
+        from agentrl.models.tiny import ensure_tiny_model
 
         return str(ensure_tiny_model(model_cfg.tiny, env_cfg))
     if getattr(model_cfg, "registry", None):  # a run recorded before model.registry existed has none

@@ -223,7 +223,7 @@ def environment_texts(turns: int = 600, seed: int = 0) -> list[str]:
     levels, the chat template's default system prompt and its markers: the text the vocabulary is trained on."""
     from omegaconf import OmegaConf
 
-    from agentrl.config import HouseholdEnvConfig
+    from agentrl.config.envs import HouseholdEnvConfig
     from agentrl.envs.registry import make_suite
     from agentrl.rollout.collector import PromptSpec, collect
     from agentrl.rollout.policies import RandomPolicy

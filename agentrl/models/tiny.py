@@ -8,7 +8,7 @@ Recipe (docs/architecture.md, "The embedded default"):
 3. build a small Qwen2-architecture model from a config, random weights;
 4. warm it up with supervised steps on those (prompt, random admissible reply)
    pairs, so that it starts as a weak agent that emits valid actions rather than
-   as noise. RL must do the rest. The steps are `agentrl sft`'s (agentrl/supervised.py,
+   as noise. RL must do the rest. The steps are `agentrl sft`'s (agentrl/models/fine_tune.py,
    TRL's SFTTrainer, the loss on the reply only): one way to warm-start any model.
 
 The cache key covers every build setting, the environment config, and a hash of
@@ -59,7 +59,7 @@ def _source_fingerprint(env_name: str) -> str:
     and of the engines' versions."""
     from agentrl.tracking import package_versions
 
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parents[1]  # agentrl/, which the paths below are relative to
     envs = package / "envs"
     sources = [
         *envs.glob(f"{env_name}*.py"),
@@ -245,8 +245,8 @@ def demonstration_turns(tiny_cfg: Any, env_name: str) -> int:
 
 def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any):
     """Supervised steps on (prompt, random admissible reply), the loss on the reply only: `agentrl sft`'s own
-    fine-tuning (agentrl/supervised.py), so that there is one way to warm-start. Returns (model, losses)."""
-    from agentrl.supervised import Schedule, fine_tune
+    fine-tuning (agentrl/models/fine_tune.py), so that there is one way to warm-start. Returns (model, losses)."""
+    from agentrl.models.fine_tune import Schedule, fine_tune
 
     schedule = Schedule(
         steps=tiny_cfg.warmup_steps,

@@ -85,7 +85,7 @@ def preflight(
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from agentrl.config import register_configs
+    from agentrl.config.store import register_configs
 
     register_configs()  # the schemas the configs name
     GlobalHydra.instance().clear()
@@ -195,7 +195,7 @@ def _check_values(config_name: str, parser, parsed: list, composed: Any = None) 
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import open_dict
 
-    from agentrl.checks import check_config
+    from agentrl.config.checks import check_config
 
     swept = [(o, values) for o in parsed if (values := _values(o))]
     base = [values[0] for _, values in swept]
@@ -341,8 +341,8 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     import hydra
     from hydra.errors import CompactHydraException
 
-    from agentrl.config import register_configs
-    from agentrl.jobs import Jobs, failed_under, launcher_failure
+    from agentrl.cli.jobs import Jobs, failed_under, launcher_failure
+    from agentrl.config.store import register_configs
 
     register_configs()
     command = parse_args(args)

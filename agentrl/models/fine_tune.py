@@ -1,7 +1,7 @@
 """Supervised fine-tuning on (prompt, reply) pairs with TRL's `SFTTrainer`: the one way agentrl warm-starts a model.
 
 Two callers: `agentrl sft`, behaviour cloning from an environment's expert (agentrl/sft.py), and the tiny
-model's warm-up on random admissible play (agentrl/tiny_model.py).
+model's warm-up on random admissible play (agentrl/models/tiny.py).
 
 Each pair is tokenized as RL sees and produces it. The prompt is `chat_prompt_ids`: the model's chat template around
 one user turn with the generation prompt, cut to its last `max_prompt_tokens` ids as in a rollout. The reply is its

@@ -111,7 +111,7 @@ def lora_parameter_count(shape: ModelShape, rank: int, targets: list[str]) -> in
 
 @dataclass(frozen=True)
 class Workload:
-    """The config's sizes that the plan needs, per device (agentrl/memory_check.py: `workload` reads them from a
+    """The config's sizes that the plan needs, per device (agentrl/memory/check.py: `workload` reads them from a
     composed config)."""
 
     bytes_per_value: int  # b

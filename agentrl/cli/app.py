@@ -1,7 +1,7 @@
 """The `agentrl` command line.
 
 Thin by design: `train`, `sft` and `eval` hand their extra arguments to Hydra's own
-entry point (agentrl/launch.py), so `-m`, `--cfg`, `hydra.*` overrides,
+entry point (agentrl/cli/launch.py), so `-m`, `--cfg`, `hydra.*` overrides,
 sweepers and launchers behave as Hydra documents them. Heavy libraries (torch,
 transformers) are imported only inside the commands that need them.
 """
@@ -33,7 +33,7 @@ def train(ctx: typer.Context) -> None:
     agentrl train -m seed=0,1,2                     # multirun, one job folder each
     agentrl train --cfg job                         # print the composed config and exit
     """
-    from agentrl.launch import run_hydra
+    from agentrl.cli.launch import run_hydra
 
     def entry(cfg):
         from agentrl.train.run import run_job
@@ -55,7 +55,7 @@ def sft(ctx: typer.Context) -> None:
     agentrl sft model.lora.enabled=true sft.learning_rate=1e-4    # a LoRA adapter, merged into the saved model
     agentrl train model.path=outputs/sft/<date>/<time>/model      # RL from the warm start
     """
-    from agentrl.launch import run_hydra
+    from agentrl.cli.launch import run_hydra
 
     def entry(cfg):
         from agentrl.sft import run_sft
@@ -83,8 +83,8 @@ def evaluate(
     agentrl eval outputs/<run>/checkpoints/last eval.num_tasks=200 eval.episodes_per_task=4
     agentrl eval --random env=household                 # the random admissible baseline
     """
+    from agentrl.cli.launch import run_hydra
     from agentrl.hydra_paths import hydra_quote
-    from agentrl.launch import run_hydra
 
     args = list(ctx.args)
     if checkpoint is not None and ("=" in checkpoint or checkpoint.startswith("-")):  # an override or a flag
@@ -123,7 +123,7 @@ def export(
         from transformers.utils import logging as hf_logging
 
         from agentrl.evaluate import resolve_checkpoint
-        from agentrl.lora import is_adapter_checkpoint, merge_adapter
+        from agentrl.models.lora import is_adapter_checkpoint, merge_adapter
 
         hf_logging.disable_progress_bar()
         folder = resolve_checkpoint(checkpoint)
@@ -145,10 +145,10 @@ def config(ctx: typer.Context) -> None:
     from rich.console import Console
     from rich.syntax import Syntax
 
-    from agentrl.checks import host_problem
+    from agentrl.cli.launch import parse_args, preflight_groups
+    from agentrl.config.checks import host_problem
     from agentrl.errors import UserError
-    from agentrl.launch import parse_args, preflight_groups
-    from agentrl.memory_check import plan_table, plan_text
+    from agentrl.memory.check import plan_table, plan_text
 
     with user_errors():
         command = parse_args(list(ctx.args))
@@ -228,9 +228,9 @@ def report(
 
     from rich.console import Console
 
-    from agentrl.report import build_report, write_report_json
-    from agentrl.report_plot import plot_curves
-    from agentrl.report_table import (
+    from agentrl.report.compare import build_report, write_report_json
+    from agentrl.report.plot import plot_curves
+    from agentrl.report.tables import (
         failed_lines,
         render_agent_table,
         render_table,
@@ -325,7 +325,3 @@ def alfworld_generate(
             f"wrote games under {Path(out) / 'json_2.1.1'} ({counts}); these are synthetic scenes, "
             "not the ALFRED floor plans"
         )
-
-
-if __name__ == "__main__":
-    app()

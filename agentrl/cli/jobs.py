@@ -1,7 +1,7 @@
 """The job function Hydra runs, and how a multirun's failed jobs reach the sweeping command.
 
-`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/launch.py). Each job checks its
-config, then what this machine must have (checks.py: check_host: only a job that runs needs vLLM, CUDA or
+`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/cli/launch.py). Each job checks its
+config, then what this machine must have (config/checks.py: check_host: only a job that runs needs vLLM, CUDA or
 GPUs), then runs. In a multirun a failed job is recorded as FAILED.json in its folder and the others go on;
 the sweeping command then exits non-zero and names the failed jobs. Under the basic launcher the jobs run in
 the sweeping process and are counted there; under submitit's launchers they run elsewhere (a Slurm node, a
@@ -46,7 +46,7 @@ class Jobs:
         from hydra.core.hydra_config import HydraConfig
         from hydra.types import RunMode
 
-        from agentrl.checks import check_config, check_host
+        from agentrl.config.checks import check_config, check_host
 
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN

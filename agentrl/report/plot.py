@@ -1,7 +1,7 @@
 """`agentrl report`'s plot: learning curves over seeds and, under them, the step-credit diagnostics.
 
-The numbers are agentrl/report.py's (`Report`, `ConfigSummary.mean_curve` and `credit_curve`); this module only
-draws them, with matplotlib's object API (agentrl/plots.py: `draw_panel`, `write_file`). docs/algorithms.md,
+The numbers are agentrl/report/compare.py's (`Report`, `ConfigSummary.mean_curve` and `credit_curve`); this module only
+draws them, with matplotlib's object API (agentrl/report/curves.py: `draw_panel`, `write_file`). docs/algorithms.md,
 "Reading the step-credit diagnostics", says how to read the panels.
 """
 
@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.errors import UserError
-from agentrl.plots import CREDIT_PANELS, draw_panel, write_file
-from agentrl.report import CREDIT, Report
+from agentrl.report.compare import CREDIT, Report
+from agentrl.report.curves import CREDIT_PANELS, draw_panel, write_file
 
 PLOT_FORMATS = (".png", ".pdf", ".svg")
 

@@ -1,6 +1,6 @@
 """Checks of a composed config, in three parts, each a ``UserError`` with one line before anything is built:
 
-- ``check_fields``: every value against the valid values its schema field states (``agentrl/config.py``:
+- ``check_fields``: every value against the valid values its schema field states (``agentrl/config/``:
   ``valid(...)``), applied by pydantic; non-finite floats are refused everywhere;
 - ``check_cross_fields``: the rules between fields, all here: a group size of 1 with a group-based estimator,
   heads that must divide the hidden size, a setting that cannot apply (an EPO key with the entropy bonus, a vLLM
@@ -18,20 +18,18 @@ import math
 from functools import cache
 from typing import Annotated, Any
 
-from agentrl.config import (
+from agentrl.config.algo import EntropyConfig, GigpoConfig, ReplayConfig
+from agentrl.config.model import LoraConfig
+from agentrl.config.run import VllmConfig
+from agentrl.config.values import (
     AnchorKind,
     Backend,
     Device,
-    EntropyConfig,
     EntropyMode,
     Estimator,
-    GigpoConfig,
-    LoraConfig,
     Norm,
     Precision,
-    ReplayConfig,
     Strategy,
-    VllmConfig,
     VllmMode,
     plain_value,
 )
@@ -293,7 +291,7 @@ def host_problem(cfg: Any) -> str | None:
 
 def check_host(cfg: Any) -> None:
     """What the run needs from this machine: the accelerate config file, CUDA and enough GPUs, vLLM and a build
-    of it that fits. Called when a run starts (launch.py's job), never when a config is only composed."""
+    of it that fits. Called when a run starts (cli/launch.py's job), never when a config is only composed."""
     hw = cfg.hardware
     if hw.accelerate_config is not None:
         from pathlib import Path

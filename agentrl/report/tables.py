@@ -1,10 +1,10 @@
-"""`agentrl report`'s tables, drawn with rich from agentrl/report.py's numbers: one row per configuration, a
+"""`agentrl report`'s tables, drawn with rich from agentrl/report/compare.py's numbers: one row per configuration, a
 team's figures per agent, a line per run that failed, and the learning-health warnings each run logged."""
 
 from __future__ import annotations
 
 from agentrl import health
-from agentrl.report import AGENT_FIGURES, ConfigSummary, Report, status_text
+from agentrl.report.compare import AGENT_FIGURES, ConfigSummary, Report, status_text
 
 
 def _fmt_value(mean: float | None, std: float | None) -> str:

@@ -1,7 +1,7 @@
 """Pictures of runs, drawn with matplotlib's object API (no pyplot: no display, no global state; renders with Agg).
 
 `plot_run` draws one run's learning curves, which every `agentrl train` leaves in its folder as `curves.png`;
-`agentrl report` (agentrl/report.py) draws many runs' curves, with `draw_panel` for the panels of several metrics
+`agentrl report` (agentrl/report/compare.py) draws many runs' curves, with `draw_panel` for the panels of several metrics
 beside them, and writes through `write_file` too.
 """
 

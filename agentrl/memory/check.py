@@ -1,6 +1,6 @@
 """The memory plan of a composed config, shown (`agentrl config`) and enforced (`agentrl train`).
 
-The maths is agentrl/memory_plan.py; this module reads what it needs from a composed config (the sizes per device,
+The maths is agentrl/memory/plan.py; this module reads what it needs from a composed config (the sizes per device,
 the model's shape from its config.json, the device's memory), words the refusal (one line that names the keys
 bringing the estimate down) and prints the split.
 """
@@ -13,10 +13,10 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentrl import memory_plan as mp
 from agentrl import registry_models
-from agentrl.config import plain_value
+from agentrl.config.values import plain_value
 from agentrl.errors import UserError
+from agentrl.memory import plan as mp
 
 # Keys that shrink each phase of an iteration, in the order a user would try them
 UPDATE_KEYS = ("trainer.micro_batch_tokens", "trainer.micro_batch_size")
@@ -64,7 +64,7 @@ def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
 def model_shape(model_cfg: Any) -> mp.ModelShape | None:
     """The model's shape without loading it: the tiny model's own fields, model.path's config.json, a cached
     registry model's config.json, the hub id's
-    config.json in the local Hugging Face cache, or a Qwen2.5 size agentrl knows (agentrl/qwen_shapes.py); None
+    config.json in the local Hugging Face cache, or a Qwen2.5 size agentrl knows (agentrl/models/qwen_shapes.py); None
     when none of these says."""
     tiny = model_cfg.get("tiny")
     if tiny is not None:
@@ -107,7 +107,7 @@ def _cached_hub_config(hub_id: str) -> dict | None:
 
 
 def _known_qwen_config(hub_id: str) -> dict | None:
-    from agentrl.qwen_shapes import QWEN25_VOCAB_SIZE, SIZES
+    from agentrl.models.qwen_shapes import QWEN25_VOCAB_SIZE, SIZES
 
     for size, numbers in SIZES.items():
         if hub_id.lower() == f"qwen/qwen2.5-{size}-instruct":

@@ -79,7 +79,7 @@ def training_config(checkpoint: Path | str) -> Any | None:
 
 def base_model_source(checkpoint: Path | str, trained: Any | None = None) -> str:
     """The folder or hub id of the base model a LoRA checkpoint's adapter was trained on (see the module doc)."""
-    from agentrl.models import resolve_model_source
+    from agentrl.models.load import resolve_model_source
 
     checkpoint = Path(checkpoint)
     recorded = _adapter_config(checkpoint).get("base_model_name_or_path") or None
@@ -111,7 +111,7 @@ def base_model_source(checkpoint: Path | str, trained: Any | None = None) -> str
 
 def checkpoint_tokenizer(checkpoint: Path | str, base_source: str):
     """The tokenizer saved with the checkpoint, else the base model's."""
-    from agentrl.models import load_tokenizer
+    from agentrl.models.load import load_tokenizer
 
     checkpoint = Path(checkpoint)
     has_own = any((checkpoint / name).is_file() for name in _TOKENIZER_FILES)
@@ -141,7 +141,7 @@ def load_adapter_checkpoint(
     checkpoint: Path | str, base_source: str, precision: str = "fp32", device: str = "cpu", merge: bool = True
 ):
     """The base model with the checkpoint's adapter: merged into a plain model (`merge`), or a PeftModel."""
-    from agentrl.models import load_model
+    from agentrl.models.load import load_model
 
     checkpoint = Path(checkpoint)
     check_adapter_files(checkpoint)
@@ -188,7 +188,7 @@ def _check_adapter_applied(model, checkpoint: Path) -> None:
 
 def load_checkpoint(checkpoint: Path | str, precision: str = "fp32", device: str = "cpu", trained: Any | None = None):
     """(model, tokenizer) of a checkpoint folder: full weights, or a LoRA adapter merged into its base."""
-    from agentrl.models import load_model, load_tokenizer
+    from agentrl.models.load import load_model, load_tokenizer
 
     checkpoint = Path(checkpoint)
     if not is_adapter_checkpoint(checkpoint):
@@ -206,7 +206,7 @@ def merge_adapter(checkpoint: Path | str, out_dir: Path | str, precision: str = 
     copied along, so that `agentrl eval OUT` keeps the run's environment and generation settings. `precision`
     "auto" keeps the dtype the weights are stored in. OUT must not exist or be empty; it appears whole or not at all.
     """
-    from agentrl.models import load_model, load_tokenizer
+    from agentrl.models.load import load_model, load_tokenizer
 
     checkpoint, out_dir = Path(checkpoint), Path(out_dir).expanduser()
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):

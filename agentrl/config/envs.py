@@ -1,0 +1,68 @@
+"""The environment schemas: the keys every environment has (`EnvConfig`, which a plug-in's schema extends;
+docs/environments.md) and the built-in environments' own (household, its team variant, ALFWorld, ScienceWorld)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from annotated_types import Ge, Gt, Interval, MinLen
+from omegaconf import MISSING
+
+from agentrl.config.values import EPISODE_STEPS, SEED, checked, valid
+from agentrl.envs.household import LEVELS as HOUSEHOLD_LEVELS
+from agentrl.rollout.prompts import TEMPLATES
+
+
+@dataclass
+class EnvConfig:
+    """Keys every environment has; each environment's schema extends it."""
+
+    name: str = field(default=MISSING, metadata=valid(MinLen(1)))
+    history_length: int = checked(2, Ge(0))  # last H observation/action pairs in the prompt (reference: 2)
+    prompt_template: str = checked("alfworld", TEMPLATES)  # see agentrl/rollout/prompts.py
+    max_steps: int | None = checked(None, EPISODE_STEPS)  # None: the environment's own default
+    num_workers: int = checked(0, Ge(0))  # environment worker processes; 0 runs them in the trainer's process
+    step_timeout_s: float = checked(60.0, Gt(0))  # a reset or step slower than this ends its episode as failed
+    # probability that an episode's environment raises, at its reset or a step (fault injection for tests)
+    fault_rate: float = checked(0.0, Interval(ge=0, lt=1))
+    # an iteration whose share of faulted episodes is above this stops the run
+    max_fault_share: float = checked(0.5, Interval(gt=0, le=1))
+
+
+@dataclass
+class HouseholdEnvConfig(EnvConfig):
+    name: str = checked("household", MinLen(1))
+    level: str = checked("default", tuple(HOUSEHOLD_LEVELS))  # see agentrl/envs/household.py
+
+
+@dataclass
+class HouseholdTeamEnvConfig(HouseholdEnvConfig):
+    """env=household_team: the household world played by checker, actor and finisher (agentrl/envs/household_team.py)."""
+
+    name: str = checked("household_team", MinLen(1))
+
+
+@dataclass
+class AlfworldEnvConfig(EnvConfig):
+    name: str = checked("alfworld", MinLen(1))
+    max_steps: int | None = checked(50, EPISODE_STEPS)  # reference: 50
+    # a download laid out as json_2.1.1/...; None: $ALFWORLD_DATA, else generated games
+    data_dir: str | None = checked(None, MinLen(1))
+    generated_per_type: int = checked(10, Ge(1))  # synthetic games per task type and split, when there is no download
+    generation_seed: int = checked(0, SEED)
+
+
+@dataclass
+class ScienceworldEnvConfig(EnvConfig):
+    name: str = checked("scienceworld", MinLen(1))
+    max_steps: int | None = checked(30, EPISODE_STEPS)  # EPO's script: max_steps=30 for sciworld
+    prompt_template: str = checked("scienceworld", TEMPLATES)
+    # the reference's preset; "" for none, or a comma list (teleportAction,...): any string, the engine checks it
+    simplifications: str = checked("easy")
+    # task names; None: the 29 of EPO's index files (docs/environments.md)
+    tasks: list[str] | None = checked(None, MinLen(1))
+    env_step_limit: int = checked(100, Ge(1))  # the engine's own move limit (the reference's envStepLimit)
+    anchor: str = checked("state", ("state", "observation"))  # GiGPO's anchor key: the object tree's hash, or the text
+    java_options: str = checked(
+        "-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+    )  # each slot's JVM (~210 MB resident)
