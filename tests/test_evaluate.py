@@ -6,7 +6,7 @@ import pytest
 
 from agentrl.envs.household import HouseholdSuite
 from agentrl.errors import UserError
-from agentrl.evaluate import evaluation_tasks
+from agentrl.evaluation.held_out import evaluation_tasks
 from agentrl.rollout.batch import EpisodeResult, StepBatch, summarize
 
 
