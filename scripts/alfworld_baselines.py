@@ -24,7 +24,8 @@ from agentrl.config.envs import AlfworldEnvConfig
 from agentrl.envs.alfworld.engine import planner_walkthrough
 from agentrl.envs.registry import make_suite
 from agentrl.envs.workers import make_pool
-from agentrl.rollout.collector import PromptSpec, collect, summarize
+from agentrl.rollout.batch import summarize
+from agentrl.rollout.collector import PromptSpec, collect
 from agentrl.rollout.policies import RandomPolicy
 
 

@@ -60,7 +60,8 @@ PARTS = ("generate", "environment", "old_logps", "ref_logps", "forward_backward"
 
 
 def parse_args() -> argparse.Namespace:
-    from agentrl.models.qwen_shapes import QWEN25_REGULAR_TOKENS, SIZES
+    from agentrl.models.qwen_shapes import SIZES
+    from agentrl.models.qwen_tokenizer import QWEN25_REGULAR_TOKENS
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=["cuda", "cpu"], default="cuda")

@@ -3,7 +3,7 @@
 The folder holds what a download of Qwen/Qwen2.5-<size>-Instruct holds (config.json, generation_config.json,
 model.safetensors, tokenizer.json, vocab.json, merges.txt, tokenizer_config.json with the chat template),
 built from the published architecture numbers, with random weights and a locally made BPE vocabulary of
-the real size (151,643 regular tokens and 22 added ones; agentrl/models/qwen_shapes.py says how). Then:
+the real size (151,643 regular tokens and 22 added ones; agentrl/models/qwen_tokenizer.py says how). Then:
 
     agentrl train model=qwen2.5-1.5b-instruct model.path=<folder> hardware=gpu ...
 
@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentrl.models.qwen_shapes import QWEN25_REGULAR_TOKENS, SIZES, build_folder  # noqa: E402
+from agentrl.models.qwen_shapes import SIZES, build_folder  # noqa: E402
+from agentrl.models.qwen_tokenizer import QWEN25_REGULAR_TOKENS  # noqa: E402
 
 
 def main() -> None:

@@ -26,7 +26,8 @@ from omegaconf import OmegaConf  # noqa: E402
 from agentrl.config.envs import ScienceworldEnvConfig
 from agentrl.envs.registry import make_suite  # noqa: E402
 from agentrl.envs.workers import make_pool  # noqa: E402
-from agentrl.rollout.collector import PromptSpec, collect, summarize  # noqa: E402
+from agentrl.rollout.batch import summarize  # noqa: E402
+from agentrl.rollout.collector import PromptSpec, collect  # noqa: E402
 from agentrl.rollout.policies import RandomPolicy  # noqa: E402
 
 

@@ -40,8 +40,8 @@ LAYERS = [
     {"config"},
     {"models"},
     {"memory"},
-    {"evaluate"},
-    {"train", "sft"},
+    {"evaluation"},
+    {"train"},
     {"cli"},
 ]
 MAX_LINES = 400

@@ -6,8 +6,8 @@ import pytest
 
 from agentrl.envs.household import HouseholdSuite
 from agentrl.errors import UserError
-from agentrl.evaluate import evaluation_tasks
-from agentrl.rollout.collector import EpisodeResult, StepBatch, summarize
+from agentrl.evaluation.held_out import evaluation_tasks
+from agentrl.rollout.batch import EpisodeResult, StepBatch, summarize
 
 
 def _batch(results):

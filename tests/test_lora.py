@@ -237,7 +237,7 @@ def test_vllm_eval_gets_the_merged_folder(lora_run, tmp_path, monkeypatch):
     from contextlib import ExitStack
 
     import agentrl.rollout.vllm_policy as vllm_policy
-    from agentrl.evaluate import _checkpoint_policy
+    from agentrl.evaluation.held_out import _checkpoint_policy
 
     seen = {}
 

@@ -1,5 +1,6 @@
-"""Qwen2.5-shaped folders (agentrl/models/qwen_shapes.py): the published architecture numbers, a tokenizer of
-Qwen2.5's size that every reader tokenizes alike, and a small folder trained through the real CLI."""
+"""Qwen2.5-shaped folders (agentrl/models/qwen_shapes.py, agentrl/models/qwen_tokenizer.py): the published
+architecture numbers, a tokenizer of Qwen2.5's size that every reader tokenizes alike, and a small folder trained
+through the real CLI."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ import json
 
 import pytest
 
-from agentrl.models import qwen_shapes
-from agentrl.models.qwen_shapes import ADDED_TOKENS, QWEN25_REGULAR_TOKENS, SIZES
+from agentrl.models import qwen_shapes, qwen_tokenizer
+from agentrl.models.qwen_shapes import SIZES
+from agentrl.models.qwen_tokenizer import ADDED_TOKENS, QWEN25_REGULAR_TOKENS
 
 TEXTS = [
     "go to fridge 1",
@@ -60,8 +62,8 @@ def test_qwen2_layers_carry_a_qkv_bias():
 def full_tokenizer(tmp_path_factory):
     """Qwen2.5's size (151,643 + 22 tokens) beside a Qwen2 config, as in a downloaded folder."""
     folder = tmp_path_factory.mktemp("qwen-tokenizer")
-    core = qwen_shapes.build_tokenizer(qwen_shapes.environment_texts(turns=200))
-    qwen_shapes.save_tokenizer(core, folder, QWEN25_REGULAR_TOKENS)
+    core = qwen_tokenizer.build_tokenizer(qwen_tokenizer.environment_texts(turns=200))
+    qwen_tokenizer.save_tokenizer(core, folder, QWEN25_REGULAR_TOKENS)
     qwen_shapes.qwen_config("test").save_pretrained(folder)
     return folder
 
@@ -94,7 +96,7 @@ def test_every_reader_gets_the_same_ids(full_tokenizer):
     auto = AutoTokenizer.from_pretrained(full_tokenizer)
     ours = load_tokenizer(str(full_tokenizer))
     assert ours.padding_side == "left"
-    environment = qwen_shapes.environment_texts(turns=20, seed=7)[:6]  # text the vocabulary was not built from
+    environment = qwen_tokenizer.environment_texts(turns=20, seed=7)[:6]  # text the vocabulary was not built from
     for text in TEXTS + environment:
         ids = raw.encode(text, add_special_tokens=False).ids
         assert auto(text, add_special_tokens=False)["input_ids"] == ids, text

@@ -25,7 +25,7 @@ SFT = [
 
 def test_an_environment_without_an_expert_is_one_line():
     from agentrl.envs.household import HouseholdSuite
-    from agentrl.sft import require_expert
+    from agentrl.train.sft import require_expert
 
     class NoExpert:  # a suite of the contract, without the optional expert_plan
         def __init__(self):
@@ -46,7 +46,7 @@ def test_an_expert_that_wins_nothing_is_one_line():
     from agentrl.config.envs import HouseholdEnvConfig
     from agentrl.config.sft import SftConfig
     from agentrl.envs.household import HouseholdSuite
-    from agentrl.sft import expert_demonstrations
+    from agentrl.train.sft import expert_demonstrations
 
     class Lost(HouseholdSuite):
         def expert_plan(self, task):
@@ -71,7 +71,7 @@ def test_random_play_is_mixed_in_from_the_tasks_after_the_experts():
     from agentrl.config.sft import SftConfig
     from agentrl.envs.household import HouseholdSuite
     from agentrl.rollout.parsing import parse_action
-    from agentrl.sft import expert_demonstrations, random_demonstrations
+    from agentrl.train.sft import expert_demonstrations, random_demonstrations
 
     suite = HouseholdSuite(level="default")
     cfg = OmegaConf.create(

@@ -1,7 +1,7 @@
 """GiGPO's step groups by text similarity (``algo.gigpo.similarity``): the reference's greedy clustering.
 
 Where anchors are observation texts that differ in small ways, verl-agent groups them by
-``difflib.SequenceMatcher`` ratio instead of equality. ``agentrl/algos/gigpo.py`` calls
+``difflib.SequenceMatcher`` ratio instead of equality. ``agentrl/algos/step_groups.py`` calls
 ``similarity_clusters`` in place of grouping equal keys; docs/algorithms.md, "GiGPO", states the rule.
 """
 

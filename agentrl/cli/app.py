@@ -58,7 +58,7 @@ def sft(ctx: typer.Context) -> None:
     from agentrl.cli.launch import run_hydra
 
     def entry(cfg):
-        from agentrl.sft import run_sft
+        from agentrl.train.sft import run_sft
 
         return run_sft(cfg)
 
@@ -96,7 +96,7 @@ def evaluate(
         args.insert(0, "policy=random")
 
     def entry(cfg):
-        from agentrl.evaluate import evaluate_from_config
+        from agentrl.evaluation.held_out import evaluate_from_config
 
         return evaluate_from_config(cfg)
 
@@ -122,7 +122,7 @@ def export(
     with user_errors():
         from transformers.utils import logging as hf_logging
 
-        from agentrl.evaluate import resolve_checkpoint
+        from agentrl.evaluation.held_out import resolve_checkpoint
         from agentrl.models.lora import is_adapter_checkpoint, merge_adapter
 
         hf_logging.disable_progress_bar()

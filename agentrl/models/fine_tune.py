@@ -1,6 +1,6 @@
 """Supervised fine-tuning on (prompt, reply) pairs with TRL's `SFTTrainer`: the one way agentrl warm-starts a model.
 
-Two callers: `agentrl sft`, behaviour cloning from an environment's expert (agentrl/sft.py), and the tiny
+Two callers: `agentrl sft`, behaviour cloning from an environment's expert (agentrl/train/sft.py), and the tiny
 model's warm-up on random admissible play (agentrl/models/tiny.py).
 
 Each pair is tokenized as RL sees and produces it. The prompt is `chat_prompt_ids`: the model's chat template around

@@ -34,7 +34,7 @@ from agentrl.report.curves import write_file
 DEFAULT_METRIC = "eval/success"
 METRICS = metrics_log.FILENAME
 CREDIT = [f"credit/{name}" for name in CREDIT_METRICS]
-AGENT_PREFIX = "eval/agent/"  # a team's per-agent held-out figures (agentrl/rollout/collector.py, agent_breakdown)
+AGENT_PREFIX = "eval/agent/"  # a team's per-agent held-out figures (agentrl/rollout/batch.py, agent_breakdown)
 AGENT_FIGURES = ("success", "invalid_rate")
 
 

@@ -15,7 +15,8 @@ from typing import Any
 
 from agentrl.envs.base import EXPERT_PLAN, Task
 from agentrl.envs.faults import check_fault_share
-from agentrl.rollout.collector import PromptSpec, Reply, StepBatch, Turn, collect
+from agentrl.rollout.batch import StepBatch
+from agentrl.rollout.collector import PromptSpec, Reply, Turn, collect
 from agentrl.rollout.parsing import ACTION_CLOSE, ACTION_OPEN
 
 # Worker processes that play demonstrations on an engine (at least env.num_workers).

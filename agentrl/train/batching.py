@@ -13,7 +13,7 @@ import torch
 
 from agentrl.config.values import plain_value
 from agentrl.errors import UserError
-from agentrl.rollout.collector import StepBatch
+from agentrl.rollout.batch import StepBatch
 
 PROMPT_KEYS = ("prompt_ids", "prompt_mask")
 COMPLETION_KEYS = (

@@ -19,15 +19,16 @@ import numpy as np
 
 from agentrl.algos.credit_diagnostics import CreditRows, credit_metrics, credit_rows
 from agentrl.algos.entropy import EntropyRegularizer
-from agentrl.algos.gigpo import gigpo, gigpo_levels, step_group_codes, step_group_metrics
+from agentrl.algos.gigpo import gigpo, gigpo_levels
 from agentrl.algos.grpo import grpo, rloo
 from agentrl.algos.replay import ReplayBuffer, ReplayRule
+from agentrl.algos.step_groups import step_group_codes, step_group_metrics
 from agentrl.config.values import plain_value
 from agentrl.envs.base import Task
 from agentrl.envs.faults import check_fault_share
 from agentrl.errors import UserError
 from agentrl.ranks import rank_share
-from agentrl.rollout.collector import StepBatch, summarize
+from agentrl.rollout.batch import StepBatch, summarize
 
 log = logging.getLogger(__name__)
 _warned_single_agent = False

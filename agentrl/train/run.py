@@ -135,7 +135,7 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
 
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
-    from agentrl.evaluate import PeriodicEvaluator, evaluation_split
+    from agentrl.evaluation.held_out import PeriodicEvaluator, evaluation_split
     from agentrl.models.load import load_policy
     from agentrl.tracking import NullTracker, Tracker, record_run
     from agentrl.train.sampler import TaskSampler

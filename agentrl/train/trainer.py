@@ -32,7 +32,8 @@ from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
 from agentrl.config.values import plain_value
 from agentrl.fused_head import score_completion_only
 from agentrl.models.lora import peft_config
-from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, StepBatch, collect
+from agentrl.rollout.batch import StepBatch
+from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, collect
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 from agentrl.train import batching, iteration, update

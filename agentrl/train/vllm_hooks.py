@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from agentrl.config.values import plain_value
-from agentrl.rollout.collector import StepBatch
+from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.vllm_engine import colocated_engine_dtype, engine_dtype, installed_vllm, reload_colocated_weights
 from agentrl.train.batching import sampled_logps
 from agentrl.train.vllm_options import importance_sampling_ratio

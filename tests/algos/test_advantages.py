@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agentrl.algos.gigpo import discounted_returns, gigpo, step_group_metrics, step_group_sizes
+from agentrl.algos.gigpo import discounted_returns, gigpo
 from agentrl.algos.grpo import grpo, rloo
 from agentrl.algos.segments import factorize, segment_stats
+from agentrl.algos.step_groups import step_group_metrics, step_group_sizes
 
 # docs/algorithms.md worked case: episode A (3 steps, rewards 0, 0, 10) and episode B
 # (1 step, reward 0) in one group, no invalid actions.

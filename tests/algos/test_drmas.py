@@ -14,8 +14,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from agentrl.algos.gigpo import gigpo, step_group_codes
+from agentrl.algos.gigpo import gigpo
 from agentrl.algos.grpo import grpo, rloo
+from agentrl.algos.step_groups import step_group_codes
 
 EPS = 1e-6
 C = 0.1  # the invalid penalty

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from agentrl.algos.replay import ReplayBuffer, ReplayRule, all_fail_groups
-from agentrl.rollout.collector import StepBatch
+from agentrl.rollout.batch import StepBatch
 
 
 def make_batch(groups: dict[int, tuple[str, list[list[float]]]], first_episode: int = 0) -> StepBatch:

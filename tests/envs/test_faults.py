@@ -17,7 +17,8 @@ from agentrl.envs.household import HouseholdEnv, HouseholdSuite
 from agentrl.envs.registry import make_suite
 from agentrl.envs.workers import REPLACED, EnvFault, InlinePool, ProcessPool
 from agentrl.errors import UserError
-from agentrl.rollout.collector import PromptSpec, collect, summarize
+from agentrl.rollout.batch import summarize
+from agentrl.rollout.collector import PromptSpec, collect
 from agentrl.rollout.policies import RandomPolicy
 
 

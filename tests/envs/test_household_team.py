@@ -88,7 +88,8 @@ def test_rollouts_label_each_row_with_its_role(suite):
 def test_rollout_and_eval_figures_break_down_by_agent(suite):
     """summarize gives each role's success (of the episodes it acted in), invalid rate and share of turns, as
     counted from the rows by hand."""
-    from agentrl.rollout.collector import Reply, summarize
+    from agentrl.rollout.batch import summarize
+    from agentrl.rollout.collector import Reply
 
     class SometimesGarbage:  # random admissible actions, but every third reply is no action at all
         def __init__(self):
@@ -119,7 +120,7 @@ def test_rollout_and_eval_figures_break_down_by_agent(suite):
 
 
 def test_a_single_agent_has_no_breakdown():
-    from agentrl.rollout.collector import summarize
+    from agentrl.rollout.batch import summarize
 
     single = HouseholdSuite("easy")
     batch = collect(single, [single.task("train", 0)], 2, RandomPolicy(0), PromptSpec("alfworld", 2))

@@ -6,7 +6,8 @@ import pytest
 
 from agentrl.envs.household import HouseholdSuite
 from agentrl.envs.workers import InlinePool
-from agentrl.rollout.collector import PromptSpec, collect, summarize
+from agentrl.rollout.batch import summarize
+from agentrl.rollout.collector import PromptSpec, collect
 from agentrl.rollout.policies import RandomPolicy
 
 
@@ -95,7 +96,7 @@ def test_worker_processes_give_the_same_rollout_as_in_process():
 def test_row_columns_are_the_batch_fields_but_episodes():
     from dataclasses import fields
 
-    from agentrl.rollout.collector import StepBatch
+    from agentrl.rollout.batch import StepBatch
 
     assert tuple(f.name for f in fields(StepBatch))[:-1] == StepBatch.ROW_COLUMNS
     assert "episodes" not in StepBatch.ROW_COLUMNS and fields(StepBatch)[-1].name == "episodes"
@@ -104,7 +105,7 @@ def test_row_columns_are_the_batch_fields_but_episodes():
 def test_a_row_missing_a_column_is_refused_and_adds_nothing():
     import pytest
 
-    from agentrl.rollout.collector import StepBatch
+    from agentrl.rollout.batch import StepBatch
 
     batch = StepBatch()
     row = dict.fromkeys(StepBatch.ROW_COLUMNS, 0)

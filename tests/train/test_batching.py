@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agentrl.errors import UserError
-from agentrl.rollout.collector import StepBatch
+from agentrl.rollout.batch import StepBatch
 from agentrl.train.batching import (
     length_order,
     micro_batch_bounds,

@@ -12,7 +12,7 @@ from agentrl.algos.credit_diagnostics import CREDIT_METRICS, CreditRows
 from agentrl.algos.replay import ReplayBuffer
 from agentrl.config.algo import AlgoConfig
 from agentrl.config.values import Estimator
-from agentrl.rollout.collector import StepBatch
+from agentrl.rollout.batch import StepBatch
 from agentrl.train.iteration import gigpo_step_groups, score_rollout, step_credit
 
 

@@ -10,7 +10,7 @@ from agentrl.algos.gigpo import gigpo
 from agentrl.algos.grpo import grpo, rloo
 from agentrl.config.algo import AlgoConfig
 from agentrl.config.values import Estimator, plain_value
-from agentrl.rollout.collector import StepBatch
+from agentrl.rollout.batch import StepBatch
 from agentrl.train.iteration import ESTIMATORS, compute_advantages, gigpo_step_groups
 
 

@@ -21,10 +21,9 @@ from agentrl.envs.alfworld.data import (  # noqa: E402
     preserve_argv,
     task_type_of,
 )
+from agentrl.envs.alfworld.draw import MAX_RECEPTACLES, MIN_RECEPTACLES  # noqa: E402
 from agentrl.envs.alfworld.engine import make_textworld_env, planner_walkthrough, play  # noqa: E402
 from agentrl.envs.alfworld.generate import (  # noqa: E402
-    MAX_RECEPTACLES,
-    MIN_RECEPTACLES,
     _build,
     game_signature,
     generate_games,

@@ -32,7 +32,7 @@ def run_sft(cfg: Any) -> float:
     from transformers.utils import logging as hf_logging
 
     from agentrl.envs.registry import make_suite
-    from agentrl.evaluate import evaluation_split
+    from agentrl.evaluation.held_out import evaluation_split
     from agentrl.models.load import load_policy
     from agentrl.tracking import record_run
 
@@ -121,7 +121,7 @@ def random_demonstrations(suite, cfg: Any) -> list[tuple[str, str]]:
 
 def _evaluator(cfg: Any, suite, tokenizer):
     """Held-out metrics of a model: training's evaluator, the protocol of `agentrl eval`, with a progress line."""
-    from agentrl.evaluate import PeriodicEvaluator
+    from agentrl.evaluation.held_out import PeriodicEvaluator
     from agentrl.progress import Phase
 
     evaluator = PeriodicEvaluator(cfg, suite, tokenizer)

@@ -20,7 +20,8 @@ from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 from agentrl.models.load import load_tokenizer
 from agentrl.models.lora import training_config
-from agentrl.rollout.collector import Policy, PromptSpec, StepBatch, collect, summarize
+from agentrl.rollout.batch import StepBatch, summarize
+from agentrl.rollout.collector import Policy, PromptSpec, collect
 
 log = logging.getLogger(__name__)
 
