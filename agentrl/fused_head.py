@@ -1,22 +1,20 @@
 """TRL's fused LM head scores the completion's positions only, on every device.
 
-TRL 1.16's fused LM head (`trl.trainer.utils.add_fused_lm_head`) serves both of agentrl's trainers: RL's log-prob
-pass (agentrl/train/) and supervised fine-tuning's loss (agentrl/models/fine_tune.py: `agentrl sft` and the tiny
-model's warm-up). It projects the backbone's hidden states through the LM head in tiles, so that the `(rows,
-positions, vocabulary)` logits never exist at once. Where Triton runs (CUDA, XPU) it projects only the positions
-whose next token is scored, the completion's. Elsewhere it projects every position, the prompt's too, and masks the
-prompt's results away afterwards: TRL does that for devices that compile each tile shape (Neuron), where a varying
-number of scored positions would recompile on every batch. A CPU compiles nothing, and there the prompt's positions
-are wasted work: a household turn's row holds about 340 prompt tokens and 10 completion tokens, and the head's
-projection (576 x 49,152 for SmolLM2) ran over all 350, forward, recomputed in the backward, and backward again
-(docs/architecture.md, "The log-prob pass"). A warm-up pair of the tiny model holds about 120 prompt tokens and 7
-reply tokens.
+TRL 1.16's fused LM head (`trl.trainer.utils.add_fused_lm_head`) serves RL's log-prob pass (agentrl/train/). It
+projects the backbone's hidden states through the LM head in tiles, so that the `(rows, positions, vocabulary)`
+logits never exist at once. Where Triton runs (CUDA, XPU) it projects only the positions whose next token is scored,
+the completion's. Elsewhere it projects every position, the prompt's too, and masks the prompt's results away
+afterwards: TRL does that for devices that compile each tile shape (Neuron), where a varying number of scored
+positions would recompile on every batch. A CPU compiles nothing, and there the prompt's positions are wasted work:
+a household turn's row holds about 340 prompt tokens and 10 completion tokens, and the head's projection (576 x
+49,152 for SmolLM2) ran over all 350, forward, recomputed in the backward, and backward again (docs/architecture.md,
+"The log-prob pass").
 
 `score_completion_only()` makes TRL take its compact path (the positions with a label, as on CUDA) on a CPU
 too. The compact path is TRL's own code, the one a GPU runs; only its choice of path is changed. Values and
 gradients are those of the same tiles over fewer rows (tests/train/test_logps_tiles.py holds them against the
-full-logits computation; tests/test_supervised.py holds the supervised loss's gradients against the model's
-own loss).
+full-logits computation). Supervised fine-tuning on a CPU takes its loss from the full logits instead
+(agentrl/models/fine_tune.py: the tiny model the compact path built at two threads learned less; docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -153,23 +153,24 @@ def _first_step_gradients(trainer) -> dict[str, torch.Tensor]:
     return grads
 
 
-def test_on_cpu_the_loss_scores_the_replies_only_with_the_full_logits_gradients(tokenizer, tmp_path):
-    """agentrl's trainer is TRL's, its fused LM head on its compact path (the reply positions only,
-    agentrl/fused_head.py): its first step's loss and gradients equal the model's own loss from its full logits
-    over the same batch (the whole data set is one batch), the mean over the reply tokens."""
-    import trl.trainer.utils as trl_utils
+def test_on_cpu_the_full_logits_loss_has_trls_gradients(tokenizer, tmp_path):
+    """agentrl's CPU trainer (the model's own loss from full logits) and TRL's fused LM head give the same first
+    step: the whole data set is one batch, so the two see the same rows."""
+    from trl import SFTTrainer
 
-    schedule = _schedule(steps=1, batch_size=len(PAIRS), max_grad_norm=1e9)  # the gradients as computed, unclipped
-    trainer = sft_trainer(_model(tokenizer), tokenizer, PAIRS, schedule, str(tmp_path))
-    assert type(trainer).__name__ == "SFTTrainer"
-    assert trl_utils._use_triton(torch.device("cpu"))  # the compact path, as on CUDA
-    batch = next(iter(trainer.get_train_dataloader()))
-    reference = _model(tokenizer)
-    loss = reference(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"], labels=batch["labels"]).loss
-    loss.backward()
-    expected = {n: p.grad for n, p in reference.named_parameters() if p.grad is not None}
-    got = _first_step_gradients(trainer)
+    from agentrl.models.fine_tune import pair_dataset, sft_config
+
+    schedule = _schedule(steps=1, batch_size=len(PAIRS))
+    ours = sft_trainer(_model(tokenizer), tokenizer, PAIRS, schedule, str(tmp_path / "ours"))
+    assert type(ours).__name__ == "FullLogitsSFTTrainer"
+    trls = SFTTrainer(
+        model=_model(tokenizer),
+        args=sft_config(schedule, str(tmp_path / "trl")),
+        train_dataset=pair_dataset(tokenizer, PAIRS, schedule.max_prompt_tokens),
+        processing_class=tokenizer,
+    )
+    expected, got = _first_step_gradients(trls), _first_step_gradients(ours)
     assert expected.keys() == got.keys() and len(got) > 5
     for name, grad in expected.items():
         assert torch.allclose(got[name], grad, rtol=1e-4, atol=1e-7), name
-    assert trainer.state.log_history[0]["loss"] == pytest.approx(loss.item(), rel=1e-5)
+    assert ours.state.log_history[0]["loss"] == pytest.approx(trls.state.log_history[0]["loss"], rel=1e-5)

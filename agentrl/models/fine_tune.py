@@ -101,6 +101,27 @@ def sft_config(schedule: Schedule, output_dir: str, device: str = "cpu", precisi
     )
 
 
+def full_logits_trainer(sft_trainer_class):
+    """`SFTTrainer` with transformers' own `Trainer.compute_loss`: the model's loss from its full logits, the sum of
+    the reply tokens' negative log-likelihoods divided by their count, as TRL's.
+
+    TRL 1.16 computes the loss with its fused LM head, which scores the positions in tiles without the full logits:
+    built for accelerators and large vocabularies. On CPU, where it has no Triton kernel, it scores every position,
+    the prompt's too, and recomputes each tile in the backward pass: half of a tiny-model warm-up step went there
+    (docs/sft.md, "Deviations"). The gradients are the same (tests/test_supervised.py); TRL's entropy and token
+    accuracy metrics, which agentrl does not read, are not logged. (TRL's compact path, which agentrl/fused_head.py
+    gives RL's log-prob pass on a CPU, was faster still, but the tiny model it built at two threads learned less:
+    docs/architecture.md, "The warm start".)"""
+    from transformers import Trainer
+
+    class FullLogitsSFTTrainer(sft_trainer_class):
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            inputs = {**inputs, "use_cache": False}  # as TRL's: no key/value cache in a training forward
+            return Trainer.compute_loss(self, model, inputs, return_outputs, num_items_in_batch)
+
+    return FullLogitsSFTTrainer
+
+
 def sft_trainer(
     model,
     tokenizer,
@@ -113,17 +134,15 @@ def sft_trainer(
     peft_config=None,
     callbacks=(),
 ):
-    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs. Its fused LM
-    head scores the replies' positions only, on a CPU too (agentrl/fused_head.py)."""
+    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs; on CPU, with
+    the loss from the model's own logits (`full_logits_trainer`)."""
     import datasets
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
-    from agentrl.fused_head import score_completion_only
-
     datasets.disable_progress_bars()  # TRL's dataset passes would draw one bar per call
-    score_completion_only()
-    trainer = SFTTrainer(
+    trainer_class = full_logits_trainer(SFTTrainer) if device == "cpu" else SFTTrainer
+    trainer = trainer_class(
         model=model,
         args=sft_config(schedule, output_dir, device, precision),
         train_dataset=pair_dataset(tokenizer, pairs, schedule.max_prompt_tokens),

@@ -36,9 +36,8 @@ from agentrl.cache import cache_root, make_cache_folder
 
 log = logging.getLogger(__name__)
 
-# bump when the recipe changes, so old caches are not reused (4: the warm-up runs on SFTTrainer; 5: fresh
-# demonstrations; 6: TRL's fused head on its compact path, the reply positions only)
-BUILD_VERSION = 6
+# bump when the recipe changes, so old caches are not reused (4: the warm-up runs on SFTTrainer; 5: fresh demonstrations)
+BUILD_VERSION = 5
 # Prompt tokens a warm-up pair keeps (its end, as a rollout does): more than any tiny-model prompt has.
 PROMPT_BUDGET = 10_000
 # Turns of demonstrations unless demo_turns says: on an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step)
