@@ -175,7 +175,7 @@ def changed_meaning(recorded: Path, cfg: Any) -> list[str]:
         before = _flat(OmegaConf.to_container(OmegaConf.load(recorded), resolve=False))
     except Exception as err:  # a damaged config.yaml: say so rather than resume blind
         raise UserError(f"trainer.resume: cannot read the run's {recorded}: {err}".splitlines()[0]) from None
-    now = _flat(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    now = _flat(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True))
     # keys in both: a run recorded before a key existed has nothing to say about it
     keys = sorted(k for k in before.keys() & now.keys() if k.startswith(MEANING) and not k.startswith(MAY_CHANGE))
     return [f"{k}: {before.get(k)} -> {now.get(k)}" for k in keys if before.get(k) != now.get(k)]

@@ -84,7 +84,7 @@ def record_run(run_dir: Path, cfg: Any) -> dict:
         "platform": platform.platform(),
         "git_revision": git_revision(),
         "packages": package_versions(),
-        "config": OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+        "config": OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True),
     }
     (run_dir / "run.json").write_text(json.dumps(info, indent=2))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -112,9 +112,7 @@ class Tracker:
         self.heldout_at: int | None = None  # the iteration of the latest held-out evaluation
 
     def _start_wandb(self, cfg: Any, group: str | None, job_name: str | None):
-        # an enum member in a typed config, a string in a plain one; read without the schema's plain_value,
-        # so that tracking stays a shared module below the schema (docs/architecture.md, "Import layers")
-        mode = getattr(cfg.logger.wandb_mode, "value", cfg.logger.wandb_mode)
+        mode = str(cfg.logger.wandb_mode)
         if mode == "disabled":
             return None
         import wandb
@@ -131,7 +129,7 @@ class Tracker:
                 name=job_name,
                 dir=str(self.run_dir),
                 mode=mode,
-                config=OmegaConf.to_container(cfg, resolve=True, enum_to_str=True),
+                config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True),
                 reinit="finish_previous",
             )
         except Exception as err:  # W&B must never take a run down

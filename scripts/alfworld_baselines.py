@@ -18,8 +18,6 @@ import json
 import time
 from collections import defaultdict
 
-from omegaconf import OmegaConf
-
 from agentrl.config.envs import AlfworldEnvConfig
 from agentrl.envs.alfworld.engine import planner_walkthrough
 from agentrl.envs.registry import make_suite
@@ -54,7 +52,7 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
 
-    cfg = OmegaConf.structured(AlfworldEnvConfig(generated_per_type=args.per_type, generation_seed=args.seed))
+    cfg = AlfworldEnvConfig(generated_per_type=args.per_type, generation_seed=args.seed)
     suite = make_suite(cfg)
     tasks = [suite.task(args.split, i) for i in range(suite.split_size(args.split))]
     print(f"{len(tasks)} games of {args.split} from {suite.root} ({'synthetic' if suite.synthetic else 'download'})")

@@ -79,23 +79,19 @@ def household(args) -> tuple[Callable, Callable[[int], Task]]:
 
 def alfworld(args) -> tuple[Callable, Callable[[int], Task]]:
     """The real ALFWorld engine on the generated pool (or the download, when $ALFWORLD_DATA holds it)."""
-    from omegaconf import OmegaConf
-
     from agentrl.config.envs import AlfworldEnvConfig
     from agentrl.envs.registry import make_suite
 
-    suite = make_suite(OmegaConf.structured(AlfworldEnvConfig(max_steps=args.max_steps or 50)))
+    suite = make_suite(AlfworldEnvConfig(max_steps=args.max_steps or 50))
     return suite.make_env, functools.partial(suite.task, "train")
 
 
 def scienceworld(args) -> tuple[Callable, Callable[[int], Task]]:
     """ScienceWorld's simulator, one JVM per slot (the extra and a Java runtime)."""
-    from omegaconf import OmegaConf
-
     from agentrl.config.envs import ScienceworldEnvConfig
     from agentrl.envs.registry import make_suite
 
-    suite = make_suite(OmegaConf.structured(ScienceworldEnvConfig(max_steps=args.max_steps or 30)))
+    suite = make_suite(ScienceworldEnvConfig(max_steps=args.max_steps or 30))
     return suite.make_env, functools.partial(suite.task, "train")
 
 

@@ -21,7 +21,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from omegaconf import OmegaConf  # noqa: E402
 
 from agentrl.config.envs import ScienceworldEnvConfig
 from agentrl.envs.registry import make_suite  # noqa: E402
@@ -72,7 +71,7 @@ def main() -> None:
     parser.add_argument("--chunk", type=int, default=8, help="tasks played at once (episodes x chunk JVMs)")
     args = parser.parse_args()
 
-    cfg = OmegaConf.structured(ScienceworldEnvConfig(anchor="observation"))  # no object-tree hash: not needed here
+    cfg = ScienceworldEnvConfig(anchor="observation")  # no object-tree hash: not needed here
     suite = make_suite(cfg)
     types = len(suite.task_types)
     tasks = [suite.task(args.split, i) for i in range(min(args.per_type * types, suite.split_size(args.split)))]

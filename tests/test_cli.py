@@ -11,6 +11,7 @@ from hydra import compose
 
 from agentrl.cli.launch import normalise_args, parse_args, preflight
 from agentrl.config.checks import check_config
+from agentrl.config.typed import typed
 from agentrl.errors import UserError
 from agentrl.hydra_paths import config_dir
 
@@ -27,7 +28,7 @@ ALL_OPTIONS = [(g, o) for g in ("env", "model", "algo", "hardware", "logger", "d
 
 @pytest.mark.parametrize("group,option", ALL_OPTIONS)
 def test_every_config_option_composes(hydra_conf, group, option):
-    cfg = compose(config_name="train", overrides=[f"{GROUP_PREFIX.get(group, '')}{group}={option}"])
+    cfg = typed(compose(config_name="train", overrides=[f"{GROUP_PREFIX.get(group, '')}{group}={option}"]))
     if group == "hardware" and not option.startswith("cpu"):
         assert (
             cfg.hardware.device.value == "cuda"
@@ -37,7 +38,7 @@ def test_every_config_option_composes(hydra_conf, group, option):
 
 
 def test_eval_config_composes(hydra_conf):
-    cfg = compose(config_name="eval", overrides=["policy=random"])
+    cfg = typed(compose(config_name="eval", overrides=["policy=random"]))
     check_config(cfg)
     assert cfg.policy.value == "random"
 
@@ -56,9 +57,9 @@ def test_algo_with_and_without_plus():
 
 def test_tiny_recipe_survives_the_algo_preset(hydra_conf):
     """+algo=grpo must not undo the tiny model's tuned normalisation and learning rate."""
-    cfg = compose(config_name="train", overrides=["+algo=grpo"])
+    cfg = typed(compose(config_name="train", overrides=["+algo=grpo"]))
     assert cfg.algo.norm.value == "none" and cfg.trainer.learning_rate == pytest.approx(5e-4)
-    real = compose(config_name="train", overrides=["model=qwen2.5-1.5b-instruct", "+algo=grpo"])
+    real = typed(compose(config_name="train", overrides=["model=qwen2.5-1.5b-instruct", "+algo=grpo"]))
     assert real.algo.norm.value == "std" and real.algo.kl_coef == pytest.approx(0.01)
 
 

@@ -22,6 +22,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from agentrl.cli.launch import preflight, with_override
 from agentrl.config.checks import check_config
+from agentrl.config.typed import typed
 from agentrl.errors import UserError
 from tests.conftest import hydra_initialized
 
@@ -144,7 +145,7 @@ def _walk(bases, base: str, key: str, value: str) -> str | None:
     config_name, cfg = composed[base]
     try:
         variant = with_override(config_name, parser, cfg, f"{key}={value}")
-        check_config(variant)
+        check_config(typed(variant))  # as the preflight does it
     except UserError as err:
         return str(err)
     return None
@@ -186,9 +187,7 @@ def test_tiny_dimensions_that_pass_the_checks_build_a_model_that_runs(hidden, he
     from agentrl.config.checks import check_tiny
     from agentrl.config.model import TinyModelConfig
 
-    tiny = OmegaConf.structured(
-        TinyModelConfig(hidden_size=hidden, intermediate_size=8, num_layers=layers, num_heads=heads, num_kv_heads=kv)
-    )
+    tiny = TinyModelConfig(hidden_size=hidden, intermediate_size=8, num_layers=layers, num_heads=heads, num_kv_heads=kv)
     try:
         check_tiny(tiny)
     except UserError as err:

@@ -6,6 +6,7 @@ Composition only: no model is loaded. docs/reproducing.md gives every value's so
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -13,7 +14,7 @@ from hydra import compose
 from omegaconf import OmegaConf
 
 from agentrl.config.checks import check_config
-from agentrl.config.values import plain_value
+from agentrl.config.typed import typed
 from tests.conftest import REPO, hydra_initialized
 
 EXPERIMENTS = REPO / "conf" / "experiment"
@@ -160,11 +161,11 @@ EXPECTED = {
 
 def composed(name: str, *overrides: str):
     with hydra_initialized():
-        return compose(config_name="train", overrides=[f"+experiment={name}", *overrides])
+        return typed(compose(config_name="train", overrides=[f"+experiment={name}", *overrides]))
 
 
 def value(cfg, key: str):
-    return plain_value(OmegaConf.select(cfg, key, throw_on_missing=True))
+    return functools.reduce(getattr, key.split("."), cfg)
 
 
 def test_the_recipes_are_found():
@@ -200,8 +201,8 @@ def test_a_recipe_composes_and_passes_the_checks(name, hardware):
 def test_a_recipe_leaves_the_hardware_to_the_profile(name, hardware):
     overrides = [f"hardware={hardware}"] if hardware else []
     with hydra_initialized():
-        plain = compose(config_name="train", overrides=overrides)
-        cfg = compose(config_name="train", overrides=[f"+experiment={name}", *overrides])
+        plain = typed(compose(config_name="train", overrides=overrides))
+        cfg = typed(compose(config_name="train", overrides=[f"+experiment={name}", *overrides]))
     assert cfg.hardware == plain.hardware
     assert cfg.rollout.backend == plain.rollout.backend and cfg.rollout.vllm == plain.rollout.vllm
     if cfg.trainer.mini_batch_size is not None:  # each rank takes an equal share of a mini-batch

@@ -11,6 +11,7 @@ from omegaconf import OmegaConf
 
 from agentrl.cli.launch import config_dir, normalise_args
 from agentrl.config.checks import check_config
+from agentrl.config.typed import typed
 from agentrl.config.values import Strategy
 from agentrl.errors import UserError
 from tests.conftest import REPO
@@ -26,7 +27,7 @@ VLLM_INSTALLED = vllm_installed()
 
 @pytest.mark.parametrize("profile,processes", [("cpu", 1), ("cpu_ddp", 2)])
 def test_cpu_profiles_pass_the_checks(hydra_conf, profile, processes):
-    cfg = compose(config_name="train", overrides=[f"hardware={profile}"])
+    cfg = typed(compose(config_name="train", overrides=[f"hardware={profile}"]))
     check_config(cfg)
     assert cfg.hardware.device.value == "cpu" and cfg.hardware.precision.value == "fp32"
     assert cfg.hardware.num_processes == processes and cfg.rollout.backend.value == "hf"
@@ -39,7 +40,7 @@ def test_cpu_profiles_pass_the_checks(hydra_conf, profile, processes):
 def test_gpu_profiles_compose_for_cuda(hydra_conf, profile, processes, backend):
     from agentrl.train.distributed import needs_launch
 
-    cfg = compose(config_name="train", overrides=[f"hardware={profile}"])
+    cfg = typed(compose(config_name="train", overrides=[f"hardware={profile}"]))
     assert cfg.hardware.device.value == "cuda" and cfg.hardware.precision.value == "bf16"
     assert cfg.hardware.num_processes == processes and cfg.rollout.backend.value == backend
     assert needs_launch(cfg.hardware) == (processes > 1)  # with DDP, the number of processes alone decides
@@ -54,7 +55,7 @@ def test_a_sharded_strategy_is_launched_even_on_one_rank(hydra_conf, monkeypatch
     monkeypatch.delenv(LAUNCHER_PID, raising=False)
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     for strategy in ("fsdp", "deepspeed_zero3"):
-        cfg = compose(config_name="train", overrides=["hardware=gpu", f"hardware.strategy={strategy}"])
+        cfg = typed(compose(config_name="train", overrides=["hardware=gpu", f"hardware.strategy={strategy}"]))
         assert needs_launch(cfg.hardware)
         monkeypatch.setenv(LAUNCHER_PID, "123")  # inside the rank that agentrl launched
         assert not needs_launch(cfg.hardware)
@@ -85,8 +86,10 @@ def test_slurm_profile_submits_through_submitit(hydra_conf):
 def test_strategies_compose_and_pick_their_accelerate_config(hydra_conf, strategy):
     from agentrl.train.distributed import config_file
 
-    cfg = compose(
-        config_name="train", overrides=["hardware=multi_gpu", f"hardware.strategy={strategy}", "rollout.backend=hf"]
+    cfg = typed(
+        compose(
+            config_name="train", overrides=["hardware=multi_gpu", f"hardware.strategy={strategy}", "rollout.backend=hf"]
+        )
     )
     check_config(cfg)
     assert cfg.hardware.strategy.value == strategy
@@ -135,7 +138,7 @@ SEMANTIC_ERRORS = {
 @pytest.mark.parametrize("case", list(SEMANTIC_ERRORS))
 def test_semantic_errors_from_check_config(hydra_conf, case):
     overrides, expected = SEMANTIC_ERRORS[case]
-    cfg = compose(config_name="train", overrides=overrides)
+    cfg = typed(compose(config_name="train", overrides=overrides))
     with pytest.raises(UserError) as err:
         check_config(cfg)
     assert expected in str(err.value) and "\n" not in str(err.value)
@@ -176,7 +179,7 @@ def test_host_checks_are_not_config_checks(hydra_conf, case):
 
     _skip_if_the_host_has_it(case)
     overrides, expected = HOST_ERRORS[case]
-    cfg = compose(config_name="train", overrides=overrides)
+    cfg = typed(compose(config_name="train", overrides=overrides))
     check_config(cfg)
     with pytest.raises(UserError) as err:
         check_host(cfg)
@@ -236,6 +239,6 @@ def test_optuna_search_composes(hydra_conf):
         assert cfg.hydra.launcher._target_.endswith("BasicLauncher")
         for key in sweeper.params:  # every searched key is one the schema has
             assert OmegaConf.select(cfg, str(key), default="absent") not in ("absent", None), key
-    job = compose(config_name="train", overrides=["+hparams_search=optuna"])
+    job = typed(compose(config_name="train", overrides=["+hparams_search=optuna"]))
     check_config(job)  # the job config itself is untouched
-    assert "hparams_search" not in job
+    assert not hasattr(job, "hparams_search")

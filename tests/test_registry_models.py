@@ -22,6 +22,7 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrl import registry_models
+from agentrl.config.typed import typed
 from agentrl.errors import UserError
 from agentrl.registry_models import ensure_registry_model, model_folder
 from tests.conftest import agentrl_cli, hydra_initialized
@@ -156,7 +157,7 @@ def test_a_second_use_is_offline(folder, cache_dir, monkeypatch):
     monkeypatch.setenv("AGENTRL_CACHE", str(cache_dir))
     stamp = (folder / "model.safetensors").stat().st_mtime_ns
     with hydra_initialized():
-        cfg = compose(config_name="train", overrides=[f"model={NAME}"])
+        cfg = typed(compose(config_name="train", overrides=[f"model={NAME}"]))
     assert cfg.model.registry == NAME and cfg.trainer.micro_batch_size == 4
     assert resolve_model_source(cfg.model, cfg.env) == str(folder)
     assert (folder / "model.safetensors").stat().st_mtime_ns == stamp  # not rebuilt

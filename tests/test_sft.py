@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
 
+from agentrl.config.typed import typed
 from agentrl.errors import UserError
 
 # A short clone of household's expert on the +debug=fast tiny model (30 warm-up steps on random play): 24 expert
@@ -41,10 +43,8 @@ def test_an_environment_without_an_expert_is_one_line():
 
 
 def test_an_expert_that_wins_nothing_is_one_line():
-    from omegaconf import OmegaConf
-
     from agentrl.config.envs import HouseholdEnvConfig
-    from agentrl.config.sft import SftConfig
+    from agentrl.config.sft import SftConfig, SftRunConfig
     from agentrl.envs.household import HouseholdSuite
     from agentrl.train.sft import expert_demonstrations
 
@@ -52,12 +52,7 @@ def test_an_expert_that_wins_nothing_is_one_line():
         def expert_plan(self, task):
             return []
 
-    cfg = OmegaConf.create(
-        {
-            "env": OmegaConf.structured(HouseholdEnvConfig(level="easy", prompt_template="compact")),
-            "sft": OmegaConf.structured(SftConfig(episodes=3)),
-        }
-    )
+    cfg = SftRunConfig(env=HouseholdEnvConfig(level="easy", prompt_template="compact"), sft=SftConfig(episodes=3))
     pairs, expert = expert_demonstrations(HouseholdSuite(level="easy"), cfg)
     assert expert == {"expert_episodes": 3, "expert_success": 1.0} and len(pairs) >= 3
     with pytest.raises(UserError, match="won none of its 3 episodes"):
@@ -65,21 +60,17 @@ def test_an_expert_that_wins_nothing_is_one_line():
 
 
 def test_random_play_is_mixed_in_from_the_tasks_after_the_experts():
-    from omegaconf import OmegaConf
-
     from agentrl.config.envs import HouseholdEnvConfig
-    from agentrl.config.sft import SftConfig
+    from agentrl.config.sft import SftConfig, SftRunConfig
     from agentrl.envs.household import HouseholdSuite
     from agentrl.rollout.parsing import parse_action
     from agentrl.train.sft import expert_demonstrations, random_demonstrations
 
     suite = HouseholdSuite(level="default")
-    cfg = OmegaConf.create(
-        {
-            "seed": 0,
-            "env": OmegaConf.structured(HouseholdEnvConfig(level="default", prompt_template="compact", max_steps=6)),
-            "sft": OmegaConf.structured(SftConfig(episodes=2, random_episodes=3)),
-        }
+    cfg = SftRunConfig(
+        seed=0,
+        env=HouseholdEnvConfig(level="default", prompt_template="compact", max_steps=6),
+        sft=SftConfig(episodes=2, random_episodes=3),
     )
     expert, _ = expert_demonstrations(suite, cfg)
     played = random_demonstrations(suite, cfg)
@@ -88,8 +79,8 @@ def test_random_play_is_mixed_in_from_the_tasks_after_the_experts():
     assert not {p for p, _ in played} & {p for p, _ in expert}
     assert all(parse_action(reply).valid for _, reply in played)
     assert len({reply for _, reply in played}) > 1  # random, not one reply learned by heart
-    assert random_demonstrations(suite, OmegaConf.merge(cfg, {"sft": {"random_episodes": 0}})) == []
-    only_random = OmegaConf.merge(cfg, {"sft": {"episodes": 0}})
+    assert random_demonstrations(suite, replace(cfg, sft=replace(cfg.sft, random_episodes=0))) == []
+    only_random = replace(cfg, sft=replace(cfg.sft, episodes=0))
     assert expert_demonstrations(suite, only_random)[0] == []
     assert expert[0][0] in {p for p, _ in random_demonstrations(suite, only_random)}  # from sft.first_task on
 
@@ -126,13 +117,12 @@ def _tiny_model_of(cache_dir: Path, *overrides: str) -> Path:
     from tests.conftest import hydra_initialized
 
     with hydra_initialized():
-        cfg = compose(config_name="sft", overrides=[*overrides, f"model.tiny.cache_dir={cache_dir}"])
+        cfg = typed(compose(config_name="sft", overrides=[*overrides, f"model.tiny.cache_dir={cache_dir}"]))
     return ensure_tiny_model(cfg.model.tiny, cfg.env)
 
 
 def expert_logprob(folder: Path, env_level: str = "easy", tasks: int = 8) -> float:
     """Mean log-probability per token of household's expert replies on held-out tasks, under RL's prompts."""
-    from omegaconf import OmegaConf
 
     from agentrl.config.envs import HouseholdEnvConfig
     from agentrl.envs.household import HouseholdSuite
@@ -141,7 +131,7 @@ def expert_logprob(folder: Path, env_level: str = "easy", tasks: int = 8) -> flo
     from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
 
     suite = HouseholdSuite(level=env_level)
-    env_cfg = OmegaConf.structured(HouseholdEnvConfig(level=env_level, prompt_template="compact"))
+    env_cfg = HouseholdEnvConfig(level=env_level, prompt_template="compact")
     held_out = [suite.task(suite.eval_split, i) for i in range(tasks)]
     pairs = won_pairs(play(suite, env_cfg, ExpertPolicy(suite), held_out, "test"))
     model, tokenizer = load_model(str(folder)), load_tokenizer(str(folder))

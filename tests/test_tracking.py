@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import logging
 
-from omegaconf import OmegaConf
-
 from agentrl.config.envs import HouseholdEnvConfig
 from agentrl.config.run import TrainConfig
 from agentrl.metrics_log import read_records
@@ -16,12 +14,12 @@ SECRET = "sk-this-must-never-be-written-0123456789"
 
 
 def _cfg(**logger):
-    cfg = OmegaConf.structured(TrainConfig)
-    cfg.env = OmegaConf.structured(HouseholdEnvConfig)
+    cfg = TrainConfig()
+    cfg.env = HouseholdEnvConfig()
     cfg.model.name = "tiny"
     cfg.logger.progress = False
     for key, value in logger.items():
-        cfg.logger[key] = value
+        setattr(cfg.logger, key, value)
     return cfg
 
 

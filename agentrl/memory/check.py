@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 from agentrl import registry_models
-from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 from agentrl.memory import plan as mp
 
@@ -33,18 +32,18 @@ PHASE = {name: "update" for name in mp.MemoryPlan.update} | {name: "generation" 
 def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
     """The plan's sizes for one device of `cfg` (a composed training config)."""
     hw, t, r = cfg.hardware, cfg.trainer, cfg.rollout
-    device, ranks = plain_value(hw.device), hw.num_processes
+    device, ranks = hw.device, hw.num_processes
     rows = t.micro_batch_size
     if t.mini_batch_size is not None:
         rows = min(rows, math.ceil(t.mini_batch_size / ranks))
-    vllm = plain_value(r.backend) == "vllm"
+    vllm = r.backend == "vllm"
     episodes = max(t.tasks_per_iteration * t.group_size, cfg.eval.num_tasks * cfg.eval.episodes_per_task)
-    colocated = vllm and plain_value(r.vllm.mode) == "colocate"
-    strategy = plain_value(hw.strategy) if ranks > 1 else "ddp"
+    colocated = vllm and r.vllm.mode == "colocate"
+    strategy = hw.strategy if ranks > 1 else "ddp"
     lora = cfg.model.lora
     return mp.Workload(
         # a CPU keeps fp32 weights whatever the precision (bf16 there is autocast: models.weights_precision)
-        bytes_per_value=mp.FP32 if plain_value(hw.precision) == "fp32" or device == "cpu" else 2,
+        bytes_per_value=mp.FP32 if hw.precision == "fp32" or device == "cpu" else 2,
         device=device,
         micro_batch_rows=rows,
         max_prompt_tokens=r.max_prompt_tokens,
@@ -53,7 +52,7 @@ def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
         gradient_checkpointing=bool(t.gradient_checkpointing),
         reference=cfg.algo.kl_coef > 0 and not lora.enabled,
         lora_rank=lora.rank if lora.enabled else None,
-        lora_targets=tuple(plain_value(lora.target_modules)),
+        lora_targets=tuple(lora.target_modules),
         generation_rows=0 if vllm else math.ceil(episodes / ranks),
         vllm_bytes=int(r.vllm.gpu_memory_utilization * device_bytes) if colocated and device_bytes else 0,
         shards=ranks if strategy in ("deepspeed_zero3", "fsdp") else 1,
@@ -66,7 +65,7 @@ def model_shape(model_cfg: Any) -> mp.ModelShape | None:
     registry model's config.json, the hub id's
     config.json in the local Hugging Face cache, or a Qwen2.5 size agentrl knows (agentrl/models/qwen_shapes.py); None
     when none of these says."""
-    tiny = model_cfg.get("tiny")
+    tiny = model_cfg.tiny
     if tiny is not None:
         return mp.ModelShape(
             vocab_size=tiny.vocab_size,
@@ -79,7 +78,7 @@ def model_shape(model_cfg: Any) -> mp.ModelShape | None:
     config = None
     if model_cfg.path:
         config = _read_json(Path(model_cfg.path).expanduser() / "config.json")
-    elif model_cfg.get("registry"):  # built on first use: its shape is known once it is in the cache
+    elif model_cfg.registry:  # built on first use: its shape is known once it is in the cache
         config = _read_json(registry_models.model_folder(model_cfg.registry) / "config.json")
     elif model_cfg.hub_id:
         config = _cached_hub_config(model_cfg.hub_id) or _known_qwen_config(model_cfg.hub_id)
@@ -118,7 +117,7 @@ def _known_qwen_config(hub_id: str) -> dict | None:
 def device_memory(hardware: Any) -> int | None:
     """Bytes of one device: the host's RAM on CPU (psutil, else /proc/meminfo), the first GPU's memory on CUDA;
     None where this machine cannot say (no /proc, no CUDA)."""
-    if plain_value(hardware.device) == "cuda":
+    if hardware.device == "cuda":
         import torch
 
         return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else None
@@ -167,7 +166,7 @@ def check_memory(cfg: Any) -> None:
 
 def sharing_ranks(cfg: Any) -> int:
     """How many ranks share one device's memory: on CPU every rank of the machine shares its RAM; a GPU is one rank's."""
-    return cfg.hardware.num_processes if plain_value(cfg.hardware.device) == "cpu" else 1
+    return cfg.hardware.num_processes if cfg.hardware.device == "cpu" else 1
 
 
 def refusal(cfg: Any, estimate: mp.MemoryPlan, shape: mp.ModelShape, work: mp.Workload, memory: int) -> str:
@@ -182,12 +181,12 @@ def refusal(cfg: Any, estimate: mp.MemoryPlan, shape: mp.ModelShape, work: mp.Wo
             keys.append("trainer.gradient_checkpointing=true")
     if staying + estimate.generation_bytes > memory:
         keys.extend(GENERATION_KEYS)
-        if plain_value(cfg.hardware.device) == "cuda" and plain_value(cfg.rollout.backend) == "hf":
+        if cfg.hardware.device == "cuda" and cfg.rollout.backend == "hf":
             keys.append("rollout.backend=vllm")
     if not cfg.model.lora.enabled:
         keys.append("model.lora.enabled=true")
     ranks = sharing_ranks(cfg)
-    where = f"this {'GPU' if plain_value(cfg.hardware.device) == 'cuda' else 'machine'}'s {gib(memory)}"
+    where = f"this {'GPU' if cfg.hardware.device == 'cuda' else 'machine'}'s {gib(memory)}"
     if ranks > 1:
         where += f" per rank ({ranks} ranks share its memory)"
     return (

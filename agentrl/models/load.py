@@ -12,7 +12,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agentrl.config.values import plain_value
 from agentrl.errors import UserError, first_line
 
 # How a tokenizer trained with `tokenizers` saves itself (transformers 4: PreTrainedTokenizerFast,
@@ -89,7 +88,7 @@ def weights_precision(precision: str, device: str) -> str:
 
 def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
     """(model, tokenizer) for `model=...` on `hardware=...`."""
-    if plain_value(hardware_cfg.device) == "cuda":
+    if hardware_cfg.device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
@@ -101,8 +100,8 @@ def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
         torch.backends.cuda.enable_cudnn_sdp(False)
     source = resolve_model_source(model_cfg, env_cfg)
     tokenizer = load_tokenizer(source)
-    device = plain_value(hardware_cfg.device)
-    model = load_model(source, weights_precision(plain_value(hardware_cfg.precision), device), device)
+    device = hardware_cfg.device
+    model = load_model(source, weights_precision(hardware_cfg.precision, device), device)
     return model, tokenizer
 
 

@@ -100,7 +100,6 @@ TRAINED_TOKENS = 8192  # at most this many regular tokens come from BPE training
 def environment_texts(turns: int = 600, seed: int = 0) -> list[str]:
     """Prompts (ALFWorld template, history 2) and replies of a random admissible policy on the household
     levels, the chat template's default system prompt and its markers: the text the vocabulary is trained on."""
-    from omegaconf import OmegaConf
 
     from agentrl.config.envs import HouseholdEnvConfig
     from agentrl.envs.registry import make_suite
@@ -110,7 +109,7 @@ def environment_texts(turns: int = 600, seed: int = 0) -> list[str]:
     texts = [DEFAULT_SYSTEM_PROMPT, "system\n", "user\n", "assistant\n"]
     levels = ("default", "long")
     for n, level in enumerate(levels):
-        env = OmegaConf.structured(HouseholdEnvConfig(level=level, prompt_template="alfworld", history_length=2))
+        env = HouseholdEnvConfig(level=level, prompt_template="alfworld", history_length=2)
         suite = make_suite(env, faults=False)
         episodes = max(2, turns // len(levels) // suite.max_steps)
         tasks = [suite.task("train", 900_000 + seed * 1000 + n * 100 + i) for i in range(episodes)]

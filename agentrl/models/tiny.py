@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.cache import cache_root, make_cache_folder
+from agentrl.config.typed import as_container
 
 log = logging.getLogger(__name__)
 
@@ -80,12 +81,10 @@ RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_sh
 
 
 def cache_key(tiny_cfg: Any, env_cfg: Any) -> str:
-    from omegaconf import OmegaConf
-
-    env = {k: v for k, v in OmegaConf.to_container(env_cfg, resolve=True).items() if k not in RUNTIME_ENV_KEYS}
+    env = {k: v for k, v in as_container(env_cfg).items() if k not in RUNTIME_ENV_KEYS}
     spec = {
         "version": BUILD_VERSION,
-        "tiny": {k: v for k, v in OmegaConf.to_container(tiny_cfg).items() if k != "cache_dir"},
+        "tiny": {k: v for k, v in as_container(tiny_cfg).items() if k != "cache_dir"},
         "env": env,
         "source": _source_fingerprint(env_cfg.name),
     }

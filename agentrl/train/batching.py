@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 from agentrl.rollout.batch import StepBatch
 
@@ -196,7 +195,7 @@ def entropy_row_weights(episodes: np.ndarray, tokens: np.ndarray, rows_per_mini_
     training order: each optimizer step's term is a mean over its own mini-batch."""
     from agentrl.algos.entropy import row_weights
 
-    aggregation = plain_value(entropy.aggregation)
+    aggregation = entropy.aggregation
     parts = [
         row_weights(
             episodes[start : start + rows_per_mini_batch], tokens[start : start + rows_per_mini_batch], aggregation

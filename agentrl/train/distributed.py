@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 
 RESULT_FILE = "result.json"  # rank 0 writes the job's return value here for the launching process
@@ -46,7 +45,7 @@ def is_rank_process() -> bool:
 def needs_launch(hardware: Any) -> bool:
     """Several ranks, or a sharded strategy: accelerate wraps the model for FSDP or DeepSpeed only in processes
     that its launcher started, even when there is one (FSDP on one GPU, with its CPU offloading, say)."""
-    return (hardware.num_processes > 1 or plain_value(hardware.strategy) != "ddp") and not is_rank_process()
+    return (hardware.num_processes > 1 or hardware.strategy != "ddp") and not is_rank_process()
 
 
 # --------------------------------------------------------------------------- launching
@@ -56,7 +55,7 @@ def config_file(hardware: Any) -> Path | None:
     """The accelerate config for the strategy: hardware.accelerate_config, else conf/accelerate/<strategy>.yaml."""
     if hardware.accelerate_config:
         return Path(hardware.accelerate_config).expanduser()
-    strategy = plain_value(hardware.strategy)
+    strategy = hardware.strategy
     if strategy == "ddp":
         return None  # plain DDP needs no config file: the flags below say it all
     from agentrl.hydra_paths import config_dir
@@ -72,7 +71,7 @@ def free_port() -> int:
 
 def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> list[str]:
     """`python -m accelerate.commands.launch <flags> -m agentrl.cli train <overrides> hydra.run.dir=<run_dir>`."""
-    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[plain_value(hardware.precision)]
+    mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[hardware.precision]
     flags = [
         "--num_processes",
         str(hardware.num_processes),
@@ -119,7 +118,7 @@ def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
 
     command = launch_command(cfg.hardware, overrides, run_dir)
     print(
-        f"launching {cfg.hardware.num_processes} ranks ({plain_value(cfg.hardware.strategy)}) through accelerate; "
+        f"launching {cfg.hardware.num_processes} ranks ({cfg.hardware.strategy}) through accelerate; "
         f"run folder {run_dir}",
         flush=True,
     )

@@ -23,7 +23,6 @@ from agentrl.algos.gigpo import gigpo, gigpo_levels
 from agentrl.algos.grpo import grpo, rloo
 from agentrl.algos.replay import ReplayBuffer, ReplayRule
 from agentrl.algos.step_groups import step_group_codes, step_group_metrics
-from agentrl.config.values import plain_value
 from agentrl.envs.base import Task
 from agentrl.envs.faults import check_fault_share
 from agentrl.errors import UserError
@@ -61,10 +60,10 @@ def make_replay_buffer(cfg: Any) -> ReplayBuffer | None:
 def make_entropy_regularizer(cfg: Any) -> EntropyRegularizer | None:
     """The entropy term (a bonus, or EPO smoothing) unless `algo.entropy.mode=none`."""
     e = cfg.algo.entropy
-    if plain_value(e.mode) == "none":
+    if e.mode == "none":
         return None
     return EntropyRegularizer(
-        plain_value(e.mode),
+        e.mode,
         coef=e.coef,
         alpha=e.alpha,
         kappa_low=e.kappa_low,
@@ -140,7 +139,7 @@ def score_rollout(
     warn_agent_scope_without_team(cfg.algo, batch.agent)
     step_group = gigpo_step_groups(cfg.algo, batch)
     advantages = compute_advantages(cfg.algo, batch, step_group)
-    if step_group is not None and plain_value(cfg.algo.estimator) == "gigpo":
+    if step_group is not None and cfg.algo.estimator == "gigpo":
         sizes = np.bincount(step_group)[step_group]
         metrics.update({f"gigpo/step_group_{k}": v for k, v in step_group_metrics(sizes).items()})
     credit = CreditRows.concat(gather([step_credit(cfg.algo, batch, step_group)]))
@@ -154,7 +153,7 @@ def score_rollout(
 def warn_agent_scope_without_team(algo: Any, agents: Sequence[str]) -> bool:
     """Say once per process that algo.norm_scope=agent is the global scope where only one agent acts."""
     global _warned_single_agent
-    if _warned_single_agent or plain_value(algo.norm_scope) != "agent" or len(set(agents)) > 1:
+    if _warned_single_agent or algo.norm_scope != "agent" or len(set(agents)) > 1:
         return False
     _warned_single_agent = True
     log.warning(
@@ -186,7 +185,7 @@ def agent_advantage_metrics(agents: Sequence[str], advantages: np.ndarray) -> di
 
 def step_anchors(algo: Any, batch: StepBatch) -> list:
     """GiGPO's anchor keys: the environment's state key (else the text), or the observation text."""
-    return batch.observation if plain_value(algo.gigpo.anchor) == "observation" else batch.anchor
+    return batch.observation if algo.gigpo.anchor == "observation" else batch.anchor
 
 
 def gigpo_step_groups(algo: Any, batch: StepBatch) -> np.ndarray | None:
@@ -233,7 +232,7 @@ def step_credit(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> C
 
 def compute_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None = None) -> np.ndarray:
     """The configured estimator's advantage per row (see docs/algorithms.md)."""
-    return ESTIMATORS[plain_value(algo.estimator)](algo, batch, step_group)
+    return ESTIMATORS[algo.estimator](algo, batch, step_group)
 
 
 def _row_columns(batch: StepBatch) -> tuple[np.ndarray, ...]:
@@ -245,8 +244,8 @@ def _row_columns(batch: StepBatch) -> tuple[np.ndarray, ...]:
 def _baseline_options(algo: Any, batch: StepBatch) -> dict[str, Any]:
     """What GRPO, RLOO and GiGPO's episode level share: the statistics' samples and scope, the penalty, the agents."""
     return dict(
-        episode_stats=plain_value(algo.episode_stats),
-        norm_scope=plain_value(algo.norm_scope),
+        episode_stats=algo.episode_stats,
+        norm_scope=algo.norm_scope,
         invalid_penalty=algo.invalid_penalty,
         agent=batch.arrays()["agent"],
     )
@@ -254,7 +253,7 @@ def _baseline_options(algo: Any, batch: StepBatch) -> dict[str, Any]:
 
 def _episode_level_options(algo: Any, batch: StepBatch) -> dict[str, Any]:
     """GRPO's keys, which GiGPO's episode level shares."""
-    return dict(norm=plain_value(algo.norm), **_baseline_options(algo, batch))
+    return dict(norm=algo.norm, **_baseline_options(algo, batch))
 
 
 def _grpo_advantages(algo: Any, batch: StepBatch, step_group: np.ndarray | None) -> np.ndarray:

@@ -22,7 +22,6 @@ from typing import Any
 
 from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
-from agentrl.config.values import plain_value
 from agentrl.cpu import set_torch_threads
 from agentrl.errors import Stopped, first_line
 from agentrl.hydra_paths import check_writable
@@ -142,7 +141,7 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
     from agentrl.train.trainer import AgentTrainer
 
     set_seed(cfg.seed)
-    if plain_value(cfg.hardware.device) == "cpu":
+    if cfg.hardware.device == "cpu":
         threads = set_torch_threads(cfg.hardware.num_processes)  # every rank of hardware=cpu_ddp shares this machine
         if main_rank:
             log.info(threads)

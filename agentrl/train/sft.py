@@ -19,7 +19,6 @@ import math
 from pathlib import Path
 from typing import Any
 
-from agentrl.config.values import plain_value
 from agentrl.errors import UserError
 
 MODEL_FOLDER = "model"  # <run folder>/model unless sft.output names one
@@ -71,7 +70,7 @@ def check_sft(cfg: Any) -> None:
             f"agentrl sft runs in one process; hardware.num_processes={cfg.hardware.num_processes} is for "
             "agentrl train (use hardware=cpu or hardware=gpu)"
         )
-    if plain_value(cfg.rollout.backend) != "hf":
+    if cfg.rollout.backend != "hf":
         raise UserError(
             "agentrl sft evaluates with Hugging Face generate; rollout.backend=vllm has no effect here (drop it)"
         )
@@ -154,8 +153,8 @@ def _fine_tune(cfg: Any, model, tokenizer, pairs):
         tokenizer,
         pairs,
         schedule,
-        device=plain_value(cfg.hardware.device),
-        precision=plain_value(cfg.hardware.precision),
+        device=cfg.hardware.device,
+        precision=cfg.hardware.precision,
         peft_config=peft_config(cfg.model.lora),
         doing="sft: fine-tuning on the expert's actions" + (" and random play" if cfg.sft.random_episodes else ""),
     )

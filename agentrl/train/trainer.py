@@ -29,7 +29,6 @@ from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
-from agentrl.config.values import plain_value
 from agentrl.fused_head import score_completion_only
 from agentrl.models.lora import peft_config
 from agentrl.rollout.batch import StepBatch
@@ -251,7 +250,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         if self.beta != 0.0:
             kl = low_var_kl(logps, inputs["ref_per_token_logps"], algo.kl_clamp)
             per_token = per_token + self.beta * kl
-        aggregation = plain_value(algo.loss_aggregation)
+        aggregation = algo.loss_aggregation
         count = inputs["num_items_in_batch"] if aggregation == "token_mean" else inputs["num_rows_in_batch"]
         loss = masked_total(per_token, mask, aggregation) * self.accelerator.num_processes / count.clamp(min=1)
         self.loss_stats.add(mask, entropies, policy, kl)

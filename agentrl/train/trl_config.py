@@ -11,7 +11,6 @@ from typing import Any
 
 from trl import GRPOConfig
 
-from agentrl.config.values import plain_value
 from agentrl.train.vllm_options import grpo_vllm_kwargs
 
 
@@ -41,9 +40,9 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
         temperature=cfg.rollout.temperature,  # TRL scales logits by it when scoring the sampled tokens
         max_completion_length=cfg.rollout.max_new_tokens,
         entropy_coef=0.0,  # TRL's bonus assumes gradient-accumulation micro-steps
-        use_cpu=plain_value(hw.device) == "cpu",
-        bf16=plain_value(hw.precision) == "bf16",
-        fp16=plain_value(hw.precision) == "fp16",
+        use_cpu=hw.device == "cpu",
+        bf16=hw.precision == "bf16",
+        fp16=hw.precision == "fp16",
         gradient_checkpointing=t.gradient_checkpointing,
         # non-reentrant: works with LoRA (no input gradients needed) and DDP (no unused-parameter hooks to confuse);
         # TRL turns on PEFT's input gradients itself, and switches to reentrant for PEFT under ZeRO-3
@@ -65,7 +64,7 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
 def per_device_rows(cfg: Any) -> int:
     """TRL's per-device batch size. Unused by the HF path (2 keeps TRL's sampler happy); with vLLM, TRL sizes
     the colocated engine's max_num_seqs from it, so it is the episodes per rank (kept even for TRL's sampler)."""
-    if plain_value(cfg.rollout.backend) != "vllm":
+    if cfg.rollout.backend != "vllm":
         return 2
     episodes = cfg.trainer.tasks_per_iteration * cfg.trainer.group_size
     per_rank = -(-episodes // cfg.hardware.num_processes)

@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-from agentrl.config.values import plain_value
 from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.vllm_engine import colocated_engine_dtype, engine_dtype, installed_vllm, reload_colocated_weights
 from agentrl.train.batching import sampled_logps
@@ -25,7 +24,7 @@ def engine_construction(args: Any, cfg: Any):
     """The context the trainer is built in: TRL's colocated engine gets the trainer's precision."""
     if not args.use_vllm:
         return nullcontext()
-    return colocated_engine_dtype(engine_dtype(plain_value(cfg.hardware.precision)))
+    return colocated_engine_dtype(engine_dtype(cfg.hardware.precision))
 
 
 class VLLMHooks:

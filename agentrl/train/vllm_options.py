@@ -14,18 +14,18 @@ from typing import Any
 
 import torch
 
-from agentrl.config.values import IMPORTANCE_SAMPLING_MODES, plain_value
+from agentrl.config.values import IMPORTANCE_SAMPLING_MODES
 
 
 def grpo_vllm_kwargs(cfg: Any) -> dict[str, Any]:
     """GRPOConfig keyword arguments for `cfg.rollout` (cfg is the training config)."""
     rollout = cfg.rollout
-    if plain_value(rollout.backend) != "vllm":
+    if rollout.backend != "vllm":
         return {"use_vllm": False}
     v = rollout.vllm
     return {
         "use_vllm": True,
-        "vllm_mode": plain_value(v.mode),
+        "vllm_mode": str(v.mode),
         "vllm_gpu_memory_utilization": float(v.gpu_memory_utilization),
         "vllm_tensor_parallel_size": int(v.tensor_parallel_size),
         "vllm_enable_sleep_mode": bool(v.enable_sleep_mode),
@@ -34,7 +34,7 @@ def grpo_vllm_kwargs(cfg: Any) -> dict[str, Any]:
         "vllm_server_port": int(v.server_port),
         "vllm_server_timeout": float(v.server_timeout),
         "vllm_importance_sampling_correction": bool(v.importance_sampling_correction),
-        "vllm_importance_sampling_mode": str(plain_value(v.importance_sampling_mode)),
+        "vllm_importance_sampling_mode": str(v.importance_sampling_mode),
         "vllm_importance_sampling_clip_max": float(v.importance_sampling_clip_max),
     }
 

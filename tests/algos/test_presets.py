@@ -7,6 +7,7 @@ from omegaconf import OmegaConf
 
 from agentrl.cli.launch import config_dir, preflight
 from agentrl.config.store import register_configs
+from agentrl.config.typed import as_container
 from agentrl.errors import UserError
 
 PRESETS = ("grpo", "gigpo", "arpo", "epo")
@@ -25,7 +26,7 @@ def _sets(preset: dict, composed: dict) -> bool:
 def test_each_preset_composes_and_names_its_paper(name):
     cfg = preflight("train", [f"+algo={name}"])
     preset = OmegaConf.to_container(OmegaConf.load(config_dir() / "algo" / f"{name}.yaml"))
-    assert _sets(preset, OmegaConf.to_container(cfg.algo, enum_to_str=True))  # every value the preset sets is in
+    assert _sets(preset, as_container(cfg.algo))  # every value the preset sets is in
     header = "\n".join((config_dir() / "algo" / f"{name}.yaml").read_text().splitlines()[:4])
     assert "arXiv" in header
 

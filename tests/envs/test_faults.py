@@ -6,7 +6,6 @@ import json
 import pickle
 
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.cli.launch import preflight
 from agentrl.config.envs import HouseholdEnvConfig
@@ -126,7 +125,7 @@ def _tasks(suite):
 
 
 def test_a_run_at_5_percent_completes_in_process():
-    suite = make_suite(OmegaConf.structured(HouseholdEnvConfig(fault_rate=0.05)))
+    suite = make_suite(HouseholdEnvConfig(fault_rate=0.05))
     assert isinstance(suite, FaultySuite)
     with InlinePool(suite.make_env) as pool:
         batches = _collect_twice(suite, pool)
@@ -134,7 +133,7 @@ def test_a_run_at_5_percent_completes_in_process():
 
 
 def test_a_run_at_5_percent_completes_in_worker_processes():
-    suite = make_suite(OmegaConf.structured(HouseholdEnvConfig(fault_rate=0.05)))
+    suite = make_suite(HouseholdEnvConfig(fault_rate=0.05))
     with ProcessPool(suite.make_env, 2) as pool:
         batches = _collect_twice(suite, pool)
         assert pool.restarts == 0  # an injected fault rebuilds the env, never the worker
@@ -142,7 +141,7 @@ def test_a_run_at_5_percent_completes_in_worker_processes():
 
 
 def test_fault_rate_zero_leaves_the_suite_alone():
-    assert isinstance(make_suite(OmegaConf.structured(HouseholdEnvConfig())), HouseholdSuite)
+    assert isinstance(make_suite(HouseholdEnvConfig()), HouseholdSuite)
 
 
 def test_the_fault_share_check_stops_only_above_the_limit():

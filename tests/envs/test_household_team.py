@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.config.envs import HouseholdTeamEnvConfig
 from agentrl.envs.household import HouseholdSuite, solve
@@ -23,7 +22,7 @@ def test_the_suite_is_householders_tasks_with_twice_the_turns(suite):
     assert suite.task("train", 3) == household.task("train", 3)
     assert suite.max_steps == 2 * household.max_steps
     assert HouseholdTeamSuite("easy", max_steps=7).max_steps == 7
-    assert isinstance(make_suite(OmegaConf.structured(HouseholdTeamEnvConfig(level="easy"))), HouseholdTeamSuite)
+    assert isinstance(make_suite(HouseholdTeamEnvConfig(level="easy")), HouseholdTeamSuite)
 
 
 def test_checker_then_actor_then_a_finisher_who_completes_the_goal_wins(suite):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.config.envs import HouseholdEnvConfig
 from agentrl.envs.base import has_expert
@@ -15,7 +14,7 @@ from agentrl.rollout.policies import RandomPolicy
 
 
 def _env_cfg(**overrides):
-    return OmegaConf.structured(HouseholdEnvConfig(level="easy", prompt_template="compact", **overrides))
+    return HouseholdEnvConfig(level="easy", prompt_template="compact", **overrides)
 
 
 def test_the_household_expert_wins_every_task_with_admissible_well_formed_replies():
@@ -79,7 +78,7 @@ def test_a_play_on_a_broken_environment_stops_instead_of_returning_part_of_its_d
     from agentrl.envs.faults import FaultySuite
     from agentrl.errors import UserError
 
-    env_cfg = OmegaConf.structured(HouseholdEnvConfig(level="easy", max_fault_share=0.5))
+    env_cfg = HouseholdEnvConfig(level="easy", max_fault_share=0.5)
     suite = FaultySuite(HouseholdSuite(level="easy"), 0.95)
     tasks = [suite.task("train", i) for i in range(20)]
     with pytest.raises(UserError) as err:

@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from omegaconf import OmegaConf
 
 from agentrl.config.run import RolloutConfig, VllmConfig
 from agentrl.config.values import Backend, VllmMode
@@ -28,7 +27,7 @@ from tests.extras import vllm_installed
 
 
 def _train_cfg(**rollout):
-    return SimpleNamespace(rollout=OmegaConf.structured(RolloutConfig(**rollout)))
+    return SimpleNamespace(rollout=RolloutConfig(**rollout))
 
 
 def test_hf_backend_turns_vllm_off():

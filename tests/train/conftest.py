@@ -9,6 +9,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
+from agentrl.config.typed import typed
 from agentrl.train.trainer import AgentTrainer
 
 
@@ -35,7 +36,7 @@ def built_trainer(cache_dir, output_dir, overrides=()):
     saved_cache = os.environ.get("AGENTRL_CACHE")
     os.environ["AGENTRL_CACHE"] = str(cache_dir)  # the session's tiny model (+debug=fast), built once
     with hydra_initialized():
-        cfg = compose(config_name="train", overrides=["+debug=fast", "logger=none", *overrides])
+        cfg = typed(compose(config_name="train", overrides=["+debug=fast", "logger=none", *overrides]))
     suite = make_suite(cfg.env)
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
     pool = make_pool(suite.make_env, cfg.env.num_workers, cfg.env.step_timeout_s)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.algos.credit_diagnostics import CREDIT_METRICS, CreditRows
 from agentrl.algos.replay import ReplayBuffer
 from agentrl.config.algo import AlgoConfig
-from agentrl.config.values import Estimator
+from agentrl.config.values import Estimator, Norm
 from agentrl.rollout.batch import StepBatch
 from agentrl.train.iteration import gigpo_step_groups, score_rollout, step_credit
 
@@ -55,9 +55,9 @@ EPISODES = [
 
 
 def cfg_for(estimator: str, **algo) -> SimpleNamespace:
-    config = OmegaConf.structured(AlgoConfig(estimator=Estimator(estimator)))
-    config.norm = "none"  # RLOO's; the same for the three so that their diagnostics agree
-    return SimpleNamespace(algo=OmegaConf.merge(config, algo), env=SimpleNamespace(max_fault_share=1.0))
+    # norm none: RLOO's; the same for the three so that their diagnostics agree
+    config = replace(AlgoConfig(estimator=Estimator(estimator), norm=Norm.none), **algo)
+    return SimpleNamespace(algo=config, env=SimpleNamespace(max_fault_share=1.0))
 
 
 def credit(metrics: dict) -> dict:

@@ -2,20 +2,21 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.algos.gigpo import gigpo
 from agentrl.algos.grpo import grpo, rloo
 from agentrl.config.algo import AlgoConfig
-from agentrl.config.values import Estimator, plain_value
+from agentrl.config.values import Estimator, Norm, NormScope
 from agentrl.rollout.batch import StepBatch
 from agentrl.train.iteration import ESTIMATORS, compute_advantages, gigpo_step_groups
 
 
 def test_every_estimator_value_has_an_entry():
-    assert set(ESTIMATORS) == {plain_value(e) for e in Estimator}
+    assert set(ESTIMATORS) == set(Estimator)
 
 
 def _batch() -> StepBatch:
@@ -42,18 +43,18 @@ def _batch() -> StepBatch:
 
 @pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
 def test_each_entry_calls_its_estimator(estimator):
-    algo = OmegaConf.structured(AlgoConfig(estimator=Estimator(estimator)))
+    algo = AlgoConfig(estimator=Estimator(estimator))
     if estimator == "rloo":
-        algo.norm = "none"
+        algo.norm = Norm.none
     batch = _batch()
     columns = (batch.group, batch.episode, batch.step, batch.reward, batch.valid)
     penalty = dict(invalid_penalty=0.1)
     expected = {
-        "grpo": lambda: grpo(*columns, norm=plain_value(algo.norm), **penalty),
+        "grpo": lambda: grpo(*columns, norm=algo.norm, **penalty),
         "gigpo": lambda: gigpo(*columns, batch.anchor, gamma=0.95, step_weight=1.0, **penalty),
         "rloo": lambda: rloo(*columns, **penalty),
     }[estimator]()
-    others = [compute_advantages(OmegaConf.merge(algo, {"estimator": e}), batch) for e in ESTIMATORS if e != estimator]
+    others = [compute_advantages(replace(algo, estimator=e), batch) for e in Estimator if e != estimator]
     out = compute_advantages(algo, batch, gigpo_step_groups(algo, batch))
     np.testing.assert_array_equal(out, expected)
     assert all(not np.array_equal(out, other) for other in others)  # the batch tells the three apart
@@ -61,19 +62,19 @@ def test_each_entry_calls_its_estimator(estimator):
 
 @pytest.mark.parametrize("estimator", ["grpo", "gigpo", "rloo"])
 def test_the_agent_scope_reads_the_rows_agents(estimator):
-    algo = OmegaConf.structured(AlgoConfig(estimator=Estimator(estimator)))
+    algo = AlgoConfig(estimator=Estimator(estimator))
     if estimator == "rloo":
-        algo.norm = "none"
+        algo.norm = Norm.none
     batch = _batch()
     batch.agent = ["checker", "actor", "checker", "checker", "checker", "actor"]
     columns = (batch.group, batch.episode, batch.step, batch.reward, batch.valid)
     scoped = dict(invalid_penalty=0.1, agent=batch.agent, norm_scope="agent")
     expected = {
-        "grpo": lambda: grpo(*columns, norm=plain_value(algo.norm), **scoped),
+        "grpo": lambda: grpo(*columns, norm=algo.norm, **scoped),
         "gigpo": lambda: gigpo(*columns, batch.anchor, gamma=0.95, step_weight=1.0, **scoped),
         "rloo": lambda: rloo(*columns, **scoped),
     }[estimator]()
-    agent_scope = OmegaConf.merge(algo, {"norm_scope": "agent"})
+    agent_scope = replace(algo, norm_scope=NormScope.agent)
     out = compute_advantages(agent_scope, batch, gigpo_step_groups(agent_scope, batch))
     np.testing.assert_array_equal(out, expected)
     assert not np.array_equal(out, compute_advantages(algo, batch, gigpo_step_groups(algo, batch)))
@@ -97,7 +98,7 @@ def test_the_agent_scope_without_a_team_is_said_once(monkeypatch, caplog):
     from agentrl.train import iteration
 
     monkeypatch.setattr(iteration, "_warned_single_agent", False)
-    agent, global_ = OmegaConf.create({"norm_scope": "agent"}), OmegaConf.create({"norm_scope": "global"})
+    agent, global_ = AlgoConfig(norm_scope=NormScope.agent), AlgoConfig(norm_scope=NormScope["global"])
     assert not iteration.warn_agent_scope_without_team(global_, ["0"] * 3)
     assert not iteration.warn_agent_scope_without_team(agent, ["a", "b"])  # a team: nothing to say
     with caplog.at_level("WARNING", logger="agentrl.train.iteration"):

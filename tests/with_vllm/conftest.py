@@ -32,6 +32,7 @@ def vllm_trainer(cache_dir, tmp_path_factory):
     the engine takes seconds to start)."""
     from hydra import compose
 
+    from agentrl.config.typed import typed
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
     from agentrl.models.load import load_policy
@@ -52,7 +53,7 @@ def vllm_trainer(cache_dir, tmp_path_factory):
         "trainer.learning_rate=5e-3",  # one iteration moves the log-probs well past the sync tolerance
     ]
     with hydra_initialized():
-        cfg = compose(config_name="train", overrides=overrides)
+        cfg = typed(compose(config_name="train", overrides=overrides))
     suite = make_suite(cfg.env)
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
     pool = make_pool(suite.make_env, cfg.env.num_workers, cfg.env.step_timeout_s)

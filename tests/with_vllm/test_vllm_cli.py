@@ -118,12 +118,13 @@ def test_the_cpu_build_refuses_a_cuda_profile(hydra_conf):
     from hydra import compose
 
     from agentrl.config.checks import check_vllm
+    from agentrl.config.typed import typed
     from agentrl.errors import UserError
     from agentrl.rollout.vllm_engine import installed_vllm
 
     if not installed_vllm().runs_on_cpu:
         pytest.skip("this refusal is the CPU build's")
-    cfg = compose(config_name="train", overrides=["hardware=gpu", "rollout.backend=vllm"])
+    cfg = typed(compose(config_name="train", overrides=["hardware=gpu", "rollout.backend=vllm"]))
     with pytest.raises(UserError) as err:
         check_vllm(cfg.rollout, cfg.hardware)
     assert "runs on the CPU only" in str(err.value) and "\n" not in str(err.value)

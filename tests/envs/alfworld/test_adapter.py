@@ -6,7 +6,6 @@ import json
 import sys
 
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.config.envs import AlfworldEnvConfig
 from agentrl.envs.alfworld.adapter import AlfworldEnv, split_first_observation
@@ -52,7 +51,7 @@ def games(tmp_path_factory, cache_dir):
 
 @pytest.fixture(scope="module")
 def suite(games):
-    return make_suite(OmegaConf.structured(AlfworldEnvConfig(data_dir=str(games))))
+    return make_suite(AlfworldEnvConfig(data_dir=str(games)))
 
 
 def test_the_download_layout_is_recognised_for_every_split(suite):
@@ -105,7 +104,7 @@ def test_an_inadmissible_command_changes_nothing(suite):
 
 def test_the_episode_ends_at_max_steps(games):
     env = AlfworldEnv(max_steps=3)
-    suite = make_suite(OmegaConf.structured(AlfworldEnvConfig(data_dir=str(games), max_steps=3)))
+    suite = make_suite(AlfworldEnvConfig(data_dir=str(games), max_steps=3))
     env.reset(suite.task("train", 2))
     steps = [env.step("look") for _ in range(3)]
     assert [s.done for s in steps] == [False, False, True] and not steps[-1].won
@@ -146,7 +145,7 @@ def test_the_planner_expert_wins_through_the_collector_with_admissible_replies(s
     from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
     from agentrl.rollout.parsing import parse_action
 
-    env_cfg = OmegaConf.structured(AlfworldEnvConfig(data_dir="unused"))
+    env_cfg = AlfworldEnvConfig(data_dir="unused")
     tasks = [suite.task("train", i) for i in range(suite.split_size("train"))]
     batch = play(suite, env_cfg, ExpertPolicy(suite), tasks, "test")
     assert all(e.won for e in batch.episodes)

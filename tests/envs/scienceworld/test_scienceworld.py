@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import pytest
-from omegaconf import OmegaConf
 
 from agentrl.config.envs import ScienceworldEnvConfig
 from agentrl.envs.registry import make_suite
@@ -24,7 +23,7 @@ TASK = "find-living-thing"  # short gold paths
 
 
 def suite_of(**overrides):
-    return make_suite(OmegaConf.structured(ScienceworldEnvConfig(**overrides)))
+    return make_suite(ScienceworldEnvConfig(**overrides))
 
 
 @pytest.fixture(scope="module")
@@ -210,7 +209,7 @@ def test_the_gold_path_expert_wins_through_the_collector_with_admissible_replies
     from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
     from agentrl.rollout.parsing import parse_action
 
-    env_cfg = OmegaConf.structured(ScienceworldEnvConfig(tasks=[TASK]))
+    env_cfg = ScienceworldEnvConfig(tasks=[TASK])
     suite = make_suite(env_cfg)
     tasks = [suite.task("train", i) for i in range(2)]
     batch = play(suite, env_cfg, ExpertPolicy(suite), tasks, "test")
