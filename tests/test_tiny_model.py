@@ -41,6 +41,21 @@ def test_how_environments_run_does_not_change_the_cached_model():
     assert cache_key(tiny, plain) != cache_key(tiny, replace(plain, level="multistep"))
 
 
+def test_another_envs_engine_does_not_change_the_cached_model(monkeypatch):
+    """Installing the alfworld extra (or upgrading it) rebuilds ALFWorld's model, not household's."""
+    from agentrl import tracking
+    from agentrl.config.envs import AlfworldEnvConfig, HouseholdEnvConfig
+    from agentrl.config.model import TinyModelConfig
+    from agentrl.models.tiny import cache_key
+
+    tiny, household, alfworld = TinyModelConfig(), HouseholdEnvConfig(), AlfworldEnvConfig()
+    keys = []
+    for version in ("0.4.2", None):
+        monkeypatch.setattr(tracking, "package_versions", lambda v=version: {"alfworld": v, "textworld": v})
+        keys.append((cache_key(tiny, household), cache_key(tiny, alfworld)))
+    assert keys[0][0] == keys[1][0] and keys[0][1] != keys[1][1]
+
+
 def test_household_demonstrations_are_fresh_for_every_warm_up_row():
 
     from agentrl.config.model import TinyModelConfig

@@ -54,6 +54,10 @@ CHAT_TEMPLATE = (
 )
 
 
+# The engine packages whose versions change an environment's demonstration text.
+ENGINE_PACKAGES = {"alfworld": ("alfworld", "textworld"), "scienceworld": ("scienceworld",)}
+
+
 def _source_fingerprint(env_name: str) -> str:
     """A hash of the code that produces the demonstration text (the env's own modules, agentrl/rollout)
     and of the engines' versions."""
@@ -72,7 +76,8 @@ def _source_fingerprint(env_name: str) -> str:
         digest.update(path.relative_to(package).as_posix().encode())
         digest.update(path.read_bytes())
     versions = package_versions()
-    digest.update(json.dumps({k: versions.get(k) for k in ("alfworld", "textworld", "scienceworld")}).encode())
+    # only the env's own engines: installing the alfworld extra must not rebuild household's model
+    digest.update(json.dumps({k: versions.get(k) for k in ENGINE_PACKAGES.get(env_name, ())}).encode())
     return digest.hexdigest()
 
 
