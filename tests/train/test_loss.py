@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from agentrl.algos.entropy import EntropyRegularizer
+from agentrl.config.values import LossAggregation
 from agentrl.train.batching import micro_batch_bounds, micro_batches, row_slices
 from tests.train.conftest import make_batch
 
@@ -52,7 +53,7 @@ def loss_and_gradient(trainer, batch, micro_batch_size, micro_batch_tokens=None)
 @pytest.mark.parametrize("aggregation", AGGREGATIONS)
 @pytest.mark.parametrize("micro_batch_size", [1, 2, 3])
 def test_micro_batches_give_the_whole_batch_loss_and_gradient(trainer, aggregation, micro_batch_size, monkeypatch):
-    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", aggregation)
+    monkeypatch.setattr(trainer.cfg.algo, "loss_aggregation", LossAggregation(aggregation))
     monkeypatch.setattr(trainer, "beta", 0.0)
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
     whole_loss, whole_grad = loss_and_gradient(trainer, batch, micro_batch_size=len(ADVANTAGES))
@@ -67,7 +68,7 @@ def test_micro_batches_give_the_whole_batch_loss_and_gradient(trainer, aggregati
 def test_token_budgets_give_the_whole_batch_loss_and_gradient(trainer, aggregation, micro_batch_tokens, monkeypatch):
     """Prompts of 5 tokens, completions of 3, 1, 4, 2, 4: budget 1 puts every row alone (each is longer), 16 packs
     2, 1, 1, 1 rows, 20 packs 2, 2, 1 and 30 packs 3, 2: micro-batches of unequal sizes."""
-    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", aggregation)
+    monkeypatch.setattr(trainer.cfg.algo, "loss_aggregation", LossAggregation(aggregation))
     monkeypatch.setattr(trainer, "beta", 0.0)
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
     whole_loss, whole_grad = loss_and_gradient(trainer, batch, micro_batch_size=len(ADVANTAGES))
@@ -80,10 +81,10 @@ def test_token_budgets_give_the_whole_batch_loss_and_gradient(trainer, aggregati
 def test_the_values_are_the_aggregations_formulas(trainer, monkeypatch):
     monkeypatch.setattr(trainer, "beta", 0.0)
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
-    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", "token_mean")
+    monkeypatch.setattr(trainer.cfg.algo, "loss_aggregation", LossAggregation("token_mean"))
     token_mean = -sum(a * n for a, n in zip(ADVANTAGES, LENGTHS)) / sum(LENGTHS)  # -(1.5*3 - .5 + 1 - 4 + 4)/14
     assert loss_and_gradient(trainer, batch, 2)[0].item() == pytest.approx(token_mean, abs=1e-6)
-    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", "seq_mean")
+    monkeypatch.setattr(trainer.cfg.algo, "loss_aggregation", LossAggregation("seq_mean"))
     seq_mean = -sum(ADVANTAGES) / len(ADVANTAGES)  # -0.25 / 5
     assert loss_and_gradient(trainer, batch, 2)[0].item() == pytest.approx(seq_mean, abs=1e-6)
 
@@ -118,7 +119,7 @@ def test_the_sign_of_the_advantage_moves_the_log_probability(trainer, advantage,
 
 def test_the_entropy_term_adds_exactly_its_formula(trainer, monkeypatch):
     monkeypatch.setattr(trainer, "beta", 0.0)
-    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", "token_mean")
+    monkeypatch.setattr(trainer.cfg.algo, "loss_aggregation", LossAggregation("token_mean"))
     batch = make_batch(trainer, ADVANTAGES, LENGTHS)
     weights = torch.tensor([0.1, 0.3, 0.2, 0.25, 0.15])
     batch["entropy_row_weight"] = weights

@@ -17,6 +17,7 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
+from agentrl.config.values import LossAggregation
 from agentrl.train import trainer as trainer_module
 from tests.train.conftest import make_batch
 
@@ -48,7 +49,7 @@ def one_iteration(trainer, batch, monkeypatch, *, lr: float, optimizer=torch.opt
 def test_the_second_mini_batch_is_off_policy_and_clipped_where_the_numbers_say(restored, monkeypatch):
     trainer = restored
     monkeypatch.setattr(trainer, "beta", 0.0)
-    monkeypatch.setitem(trainer.cfg.trainer, "mini_batch_size", 2)
+    monkeypatch.setattr(trainer.cfg.trainer, "mini_batch_size", 2)
     batch = make_batch(trainer, ADVANTAGES, LENGTHS, seed=3)
     generating = trainer._logps_of(trainer.model, batch).detach()  # the policy before any step
     trainer._add_policy_logps(batch)
@@ -88,17 +89,17 @@ def test_the_second_mini_batch_is_off_policy_and_clipped_where_the_numbers_say(r
 def test_micro_batches_do_not_change_the_steps(restored, aggregation, monkeypatch):
     trainer = restored
     monkeypatch.setattr(trainer, "beta", 0.0)
-    monkeypatch.setitem(trainer.cfg.algo, "loss_aggregation", aggregation)
-    monkeypatch.setitem(trainer.cfg.trainer, "mini_batch_size", 2)
-    monkeypatch.setitem(trainer.cfg.trainer, "epochs", 2)
+    monkeypatch.setattr(trainer.cfg.algo, "loss_aggregation", LossAggregation(aggregation))
+    monkeypatch.setattr(trainer.cfg.trainer, "mini_batch_size", 2)
+    monkeypatch.setattr(trainer.cfg.trainer, "epochs", 2)
     start = copy.deepcopy(trainer.model.state_dict())
     before = torch.cat([p.detach().flatten().clone() for p in trainer.model.parameters()])
     weights = {}
     # rows of 5 prompt tokens and 3, 2, 4, 3 completion tokens: a budget of 16 pairs rows 0 and 1 and splits 2 and 3
     for micro, tokens in ((2, None), (1, None), (2, 16), (2, 1)):
         trainer.model.load_state_dict(start)
-        monkeypatch.setitem(trainer.cfg.trainer, "micro_batch_size", micro)
-        monkeypatch.setitem(trainer.cfg.trainer, "micro_batch_tokens", tokens)
+        monkeypatch.setattr(trainer.cfg.trainer, "micro_batch_size", micro)
+        monkeypatch.setattr(trainer.cfg.trainer, "micro_batch_tokens", tokens)
         batch = make_batch(trainer, ADVANTAGES, LENGTHS, seed=4)
         trainer._add_policy_logps(batch)
         # plain SGD: the weights are linear in the gradients (Adam would amplify float noise in near-zero ones)
