@@ -1,7 +1,8 @@
 """The command line, the top layer: the Typer app and its commands (`app`), from CLI arguments to Hydra with every
-override checked first (`launch`; a failed composition said in one line: `compose_errors`), and the job function Hydra runs, with a multirun's failed jobs from any launcher
-(`jobs`). It may import every other part of agentrl; nothing imports it. `app` is exported here, so that the
-console script `agentrl = "agentrl.cli:app"` and `python -m agentrl.cli` (`__main__`) name the package."""
+override checked first (`launch`; a failed composition said in one line: `compose_errors`), and the job function
+Hydra runs, with a multirun's failed jobs from any launcher (`jobs`). It may import every other part of agentrl;
+nothing imports it. `app` is exported here, so that the console script `agentrl = "agentrl.cli:app"` and `python -m
+agentrl.cli` (`__main__`) name the package."""
 
 from agentrl.cli.app import app
 

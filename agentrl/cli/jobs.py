@@ -1,12 +1,13 @@
 """The job function Hydra runs, and how a multirun's failed jobs reach the sweeping command.
 
-`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/cli/launch.py). Each job types its config
-(config/typed.py: the schema's dataclasses, which everything below reads) and checks it, then what this machine must have (config/checks.py: check_host: only a job that runs needs vLLM, CUDA or
-GPUs), then runs. In a multirun a failed job is recorded as FAILED.json in its folder and the others go on;
-the sweeping command then exits non-zero and names the failed jobs. Under the basic launcher the jobs run in
-the sweeping process and are counted there; under submitit's launchers they run elsewhere (a Slurm node, a
-local worker process), so the sweeping command reads their FAILED.json files from the sweep folder, and a job
-that died without writing one (killed, out of memory) is named from submitit's own error.
+`agentrl train` and `agentrl eval` hand `Jobs.run` to Hydra's main (agentrl/cli/launch.py). Each job types its
+config (config/typed.py: the schema's dataclasses, which everything below reads) and checks it, then what this
+machine must have (config/checks.py: check_host: only a job that runs needs vLLM, CUDA or GPUs), then runs. In a
+multirun a failed job is recorded as FAILED.json in its folder and the others go on; the sweeping command then exits
+non-zero and names the failed jobs. Under the basic launcher the jobs run in the sweeping process and are counted
+there; under submitit's launchers they run elsewhere (a Slurm node, a local worker process), so the sweeping command
+reads their FAILED.json files from the sweep folder, and a job that died without writing one (killed, out of
+memory) is named from submitit's own error.
 """
 
 from __future__ import annotations

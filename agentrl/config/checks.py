@@ -1,4 +1,5 @@
-"""Checks of a typed config (config/typed.py: the schema's dataclasses), in three parts, each a ``UserError`` with one line before anything is built:
+"""Checks of a typed config (config/typed.py: the schema's dataclasses), in three parts, each a ``UserError``
+with one line before anything is built:
 
 - ``check_fields``: every value against the valid values its schema field states (``agentrl/config/``:
   ``valid(...)``), applied by pydantic; non-finite floats are refused everywhere;
