@@ -46,6 +46,8 @@ def test_a_plugin_env_without_a_schema_keeps_its_composed_section():
     assert cfg.env.name == "plain" and cfg.env.lamps == 3
     with pytest.raises(Exception, match="read-only"):
         cfg.env.lamps = 4
+    composed.env.lamps = 5  # the composed config stays as it was: a sweep's other values still apply to it
+    assert cfg.env.lamps == 3
     check_config(cfg)  # no rule is stated for its keys; the rest is checked
 
 

@@ -12,6 +12,7 @@ same), since there is no dataclass to build it into.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -32,8 +33,10 @@ def typed(cfg: Any) -> Any:
         raise UserError(f"{err.full_key} needs a value; set it on the command line ({err.full_key}=...)") from None
     env = cfg.get("env") if isinstance(cfg, DictConfig) else None
     if isinstance(env, DictConfig) and not dataclasses.is_dataclass(OmegaConf.get_type(env)):
-        obj.env = env  # a plug-in without a schema: its composed section, read-only
-        OmegaConf.set_readonly(env, True)
+        # a plug-in without a schema: a read-only copy of its composed section (the preflight goes on to apply a
+        # sweep's other values to the composed config itself)
+        obj.env = copy.deepcopy(env)
+        OmegaConf.set_readonly(obj.env, True)
     return obj
 
 
