@@ -4,8 +4,8 @@ Hydra composes a ``DictConfig`` checked against the schema (config/store.py). Be
 (cli/jobs.py, cli/launch.py's preflight) turns it into instances of ``TrainConfig``, ``EvalRunConfig`` or
 ``SftRunConfig`` with OmegaConf's own ``to_object``: every layer below reads typed fields (an enum field is its
 ``StrEnum`` member, a list a ``list``), never an OmegaConf node. The one exception is the environment of a plug-in
-that registers no schema of its own: its section stays the composed ``DictConfig`` (read by attribute all the
-same), since there is no dataclass to build it into.
+that registers no schema of its own: it gets a read-only copy of its composed ``DictConfig`` section (read by
+attribute all the same), since there is no dataclass to build it into.
 
 ``as_container`` is the other way, for records (run.json, config.yaml, W&B): plain dicts and strings.
 """

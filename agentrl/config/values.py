@@ -8,11 +8,20 @@ string, and a config read back from a file (strings) compares the same."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import field
-from enum import StrEnum
+from enum import Enum
 from typing import Any
 
 from annotated_types import Interval
+
+if sys.version_info >= (3, 11):
+    from enum import StrEnum
+else:  # Python 3.10 has no StrEnum: the same behaviour for the enums below (a member prints as its value)
+
+    class StrEnum(str, Enum):
+        def __str__(self) -> str:
+            return str.__str__(self)
 
 
 class Norm(StrEnum):
