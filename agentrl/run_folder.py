@@ -164,6 +164,14 @@ def _check_earlier_run(folder: Path, cfg: Any) -> None:
         )
 
 
+def as_container(cfg: Any) -> dict:
+    """A config (typed, config/typed.py, or composed) as plain dicts, lists and strings, interpolations resolved:
+    what a record writes (run.json, W&B, the tiny model's cache key) and what resume compares."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)
+
+
 def changed_meaning(recorded: Path, cfg: Any) -> list[str]:
     """The keys of `MEANING` whose value differs between the recorded config.yaml and `cfg`, as "key: old -> new"
     (empty where the run recorded no config: nothing to compare with)."""
@@ -175,7 +183,7 @@ def changed_meaning(recorded: Path, cfg: Any) -> list[str]:
         before = _flat(OmegaConf.to_container(OmegaConf.load(recorded), resolve=False))
     except Exception as err:  # a damaged config.yaml: say so rather than resume blind
         raise UserError(f"trainer.resume: cannot read the run's {recorded}: {err}".splitlines()[0]) from None
-    now = _flat(OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True))
+    now = _flat(as_container(cfg))
     # keys in both: a run recorded before a key existed has nothing to say about it
     keys = sorted(k for k in before.keys() & now.keys() if k.startswith(MEANING) and not k.startswith(MAY_CHANGE))
     return [f"{k}: {before.get(k)} -> {now.get(k)}" for k in keys if before.get(k) != now.get(k)]

@@ -25,6 +25,7 @@ from typing import Any
 
 from agentrl import health, metrics_log
 from agentrl.progress import TrainProgress
+from agentrl.run_folder import as_container
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,7 @@ def record_run(run_dir: Path, cfg: Any) -> dict:
         "platform": platform.platform(),
         "git_revision": git_revision(),
         "packages": package_versions(),
-        "config": OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True),
+        "config": as_container(cfg),
     }
     (run_dir / "run.json").write_text(json.dumps(info, indent=2))
     (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(cfg, resolve=True))
@@ -116,7 +117,6 @@ class Tracker:
         if mode == "disabled":
             return None
         import wandb
-        from omegaconf import OmegaConf
 
         if mode == "online" and not (os.environ.get("WANDB_API_KEY") or _has_netrc_key()):
             log.warning("logger.wandb_mode=online but no W&B credentials were found; logging offline instead")
@@ -129,7 +129,7 @@ class Tracker:
                 name=job_name,
                 dir=str(self.run_dir),
                 mode=mode,
-                config=OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True),
+                config=as_container(cfg),
                 reinit="finish_previous",
             )
         except Exception as err:  # W&B must never take a run down

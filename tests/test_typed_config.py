@@ -10,9 +10,10 @@ from omegaconf import OmegaConf
 from agentrl.config.checks import check_config
 from agentrl.config.envs import HouseholdEnvConfig
 from agentrl.config.run import TrainConfig
-from agentrl.config.typed import as_container, typed
+from agentrl.config.typed import typed
 from agentrl.config.values import Backend, Estimator, Precision
 from agentrl.errors import UserError
+from agentrl.run_folder import as_container
 from tests.conftest import hydra_initialized
 
 

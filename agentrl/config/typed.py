@@ -5,9 +5,8 @@ Hydra composes a ``DictConfig`` checked against the schema (config/store.py). Be
 ``SftRunConfig`` with OmegaConf's own ``to_object``: every layer below reads typed fields (an enum field is its
 ``StrEnum`` member, a list a ``list``), never an OmegaConf node. The one exception is the environment of a plug-in
 that registers no schema of its own: it gets a read-only copy of its composed ``DictConfig`` section (read by
-attribute all the same), since there is no dataclass to build it into.
-
-``as_container`` is the other way, for records (run.json, config.yaml, W&B): plain dicts and strings.
+attribute all the same), since there is no dataclass to build it into. Records write a config back with
+``agentrl/run_folder.py: as_container``.
 """
 
 from __future__ import annotations
@@ -38,11 +37,3 @@ def typed(cfg: Any) -> Any:
         obj.env = copy.deepcopy(env)
         OmegaConf.set_readonly(obj.env, True)
     return obj
-
-
-def as_container(cfg: Any) -> dict:
-    """A config (typed or composed) as plain dicts, lists and strings, interpolations resolved: what a record
-    writes."""
-    from omegaconf import OmegaConf
-
-    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)

@@ -17,12 +17,12 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.checkpoints import CHECKPOINTS, LAST, MODEL_CONFIGS
-from agentrl.config.typed import as_container
 from agentrl.errors import UserError
 from agentrl.models.load import load_tokenizer
 from agentrl.models.lora import training_config
 from agentrl.rollout.batch import StepBatch, summarize
 from agentrl.rollout.collector import Policy, PromptSpec, collect
+from agentrl.run_folder import as_container
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.cache import cache_root, make_cache_folder
-from agentrl.config.typed import as_container
+from agentrl.run_folder import as_container
 
 log = logging.getLogger(__name__)
 

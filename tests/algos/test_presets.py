@@ -7,8 +7,8 @@ from omegaconf import OmegaConf
 
 from agentrl.cli.launch import config_dir, preflight
 from agentrl.config.store import register_configs
-from agentrl.config.typed import as_container
 from agentrl.errors import UserError
+from agentrl.run_folder import as_container
 
 PRESETS = ("grpo", "gigpo", "arpo", "epo")
 
