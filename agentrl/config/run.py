@@ -122,6 +122,11 @@ class TrainerConfig:
     overwrite: bool = False  # a run folder that holds a run is refused; true deletes that run's files first
     # consecutive updates with a non-finite loss or advantage that are skipped before the run stops
     max_nonfinite_updates: int = checked(3, Ge(1))
+    # leave the rows whose advantage is 0 out of the update's forward and backward passes (and of the old log-probs'
+    # pass): with algo.kl_coef 0 and no entropy term such a row's loss and gradient are exactly 0, and the loss's
+    # token or row count still counts it, so the update is the same for less work. Ignored where it would not be
+    # the same (a KL or entropy term) and on several ranks (each pass is a collective)
+    skip_rows_without_advantage: bool = True
 
 
 @dataclass

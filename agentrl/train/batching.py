@@ -108,6 +108,21 @@ def sampled_logps(
     return logps
 
 
+ZERO_ADVANTAGE = 1e-9  # |A| at or below this is 0: a group of equal returns leaves at most rounding residue
+
+
+def rows_with_advantage(batch: dict[str, Any]) -> torch.Tensor:
+    """The indices of the rows whose advantage is not 0, in order; the first row when none has one (so that a
+    mini-batch still has a backward pass, whose zero gradient the optimizer steps on as it would have)."""
+    rows = (batch["advantages"].abs() > ZERO_ADVANTAGE).nonzero().flatten()
+    return rows if len(rows) else torch.arange(min(1, batch["advantages"].shape[0]))
+
+
+def select_rows(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
+    """The batch's `rows` (an index tensor), in that order. Scalars (0-dim tensors, numbers) are passed through."""
+    return {k: (v[rows] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in batch.items()}
+
+
 def micro_batches(batch: dict[str, Any], size: int, trim: bool = True):
     """Row slices of the batch (mini-batches, or micro-batches of one); with `trim`, padding columns that
     no row of the slice uses are dropped. Scalars (0-dim tensors, numbers) are passed through."""

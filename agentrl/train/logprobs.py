@@ -22,6 +22,7 @@ class LogProbPasses:
         rows = batch["advantages"].shape[0]
         if "old_per_token_logps" not in batch and self.optimizer_steps_per_iteration(rows) > 1:
             batch["old_per_token_logps"] = self._old_logps(batch)  # the policy that generated the rows
+        # (where the update skips rows without advantage, so does this pass: their old log-probs stay 0, unread)
         if self.beta != 0.0 and rows:
             batch["ref_per_token_logps"] = self._reference_logps(batch)
 
@@ -32,7 +33,13 @@ class LogProbPasses:
         was_training = self.model.training
         self.model.eval()
         try:
-            return self._logps_of(self.model, batch)
+            if not self.skips_rows_without_advantage():
+                return self._logps_of(self.model, batch)
+            rows = batching.rows_with_advantage(batch)
+            computed = self._logps_of(self.model, batching.select_rows(batch, rows))
+            logps = computed.new_zeros((batch["completion_ids"].size(0), computed.size(1)))
+            logps[rows] = computed
+            return logps
         finally:
             self.model.train(was_training)
 

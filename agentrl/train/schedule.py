@@ -35,5 +35,18 @@ class MiniBatchSchedule:
         return int(counts.max()) - rows
 
     def _mini_batches(self, batch: dict[str, Any]) -> list[dict[str, Any]]:
-        """One epoch's mini-batches, cut and counted over ranks once."""
-        return update.cut_mini_batches(batch, self.mini_batch_rows(batch["advantages"].shape[0]), self.accelerator)
+        """One epoch's mini-batches, cut and counted over ranks once; without the rows that add nothing to the loss
+        where `skips_rows_without_advantage`."""
+        rows = self.mini_batch_rows(batch["advantages"].shape[0])
+        return update.cut_mini_batches(batch, rows, self.accelerator, self.skips_rows_without_advantage())
+
+    def skips_rows_without_advantage(self) -> bool:
+        """`trainer.skip_rows_without_advantage`, where a row whose advantage is 0 adds exactly 0 to the loss and its
+        gradient (no KL term, no entropy term) and on one rank (on several, each pass is a collective: ranks would
+        run different numbers of micro-batches)."""
+        return (
+            self.cfg.trainer.skip_rows_without_advantage
+            and self.beta == 0.0
+            and self.entropy_reg is None
+            and self.accelerator.num_processes == 1
+        )

@@ -271,11 +271,15 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         batch = self._collect_iteration(inputs)
         started = time.time()
         self.loss_stats = LossStats()
+        minis = self._mini_batches(batch) if self._can_update(model, batch) else []
+        if self.skips_rows_without_advantage() and minis:
+            computed = sum(mini["advantages"].shape[0] for mini in minis)
+            self.iteration_metrics["train/rows_computed"] = computed / batch["advantages"].shape[0]
         result = update.update_policy(
             model,
             self.optimizer,
             self.accelerator,
-            self._mini_batches(batch) * self.cfg.trainer.epochs if self._can_update(model, batch) else [],
+            minis * self.cfg.trainer.epochs,
             micro_batch_size=self.cfg.trainer.micro_batch_size,
             micro_batch_tokens=self.cfg.trainer.micro_batch_tokens,
             max_grad_norm=self.args.max_grad_norm,

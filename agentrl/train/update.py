@@ -39,14 +39,22 @@ def optimizer_steps(rows: int, mini_batch_rows: int, epochs: int) -> int:
     return max(-(-rows // mini_batch_rows), 1) * epochs
 
 
-def cut_mini_batches(batch: dict[str, Any], rows: int, accelerator) -> list[dict[str, Any]]:
+def cut_mini_batches(
+    batch: dict[str, Any], rows: int, accelerator, skip_rows_without_advantage: bool = False
+) -> list[dict[str, Any]]:
     """Consecutive slices of `rows` rows (this rank's share of `trainer.mini_batch_size`), each with its token and
-    real-row counts over every rank: the loss's denominators. Every rank has as many rows, so as many slices."""
+    real-row counts over every rank: the loss's denominators. Every rank has as many rows, so as many slices.
+
+    With `skip_rows_without_advantage` each slice then keeps only its rows whose advantage is not 0
+    (`batching.rows_with_advantage`), after its counts: the loss is divided by the same counts, and the rows left
+    out would have added exactly 0 to it (the caller makes sure of that: no KL or entropy term)."""
     minis = list(batching.micro_batches(batch, rows, trim=False))
     counts = torch.stack([torch.stack([m["completion_mask"].sum(), m["is_real_row"].sum()]) for m in minis])
     counts = accelerator.reduce(counts.float(), reduction="sum")
     for mini, (tokens, real_rows) in zip(minis, counts):
         mini["num_items_in_batch"], mini["num_rows_in_batch"] = tokens, real_rows
+    if skip_rows_without_advantage:
+        minis = [batching.select_rows(mini, batching.rows_with_advantage(mini)) for mini in minis]
     return minis
 
 
