@@ -11,8 +11,9 @@
 2. Each arm (`--arms`: fp32 is today's path, bf16 is `hardware.precision=bf16`, the _lora arms add
    `model.lora.enabled=true`) trains `--iterations`
    iterations of `agentrl train +experiment=smollm2_household_cpu` (the converted SmolLM2-135M-Instruct, or
-   `--model-path`, with evaluation and checkpoints off) in a process of its own, one arm after the other, and
-   times each phase by wrapping methods in that process (no file is changed): `generate`, the old and the
+   `--model-path`, with evaluation and checkpoints off, and every row computed: the zero-shot model's rows rarely
+   have an advantage, and `trainer.skip_rows_without_advantage` would leave them out) in a process of its own, one
+   arm after the other, and times each phase by wrapping methods in that process (no file is changed): `generate`, the old and the
    reference log-prob passes, the update's forward and backward, the optimizer step. It also counts the
    tokens each pass computes (rows x padded width), so that each phase's FLOPs are known.
 3. The table gives, per arm, the median over the iterations after the first of each phase's seconds, its
@@ -240,6 +241,9 @@ def run_arm(args) -> None:
             f"trainer.iterations={args.iterations}",
             "trainer.eval_every=0",
             f"trainer.save_every={args.iterations + 1}",
+            # the zero-shot model's episodes nearly all end alike (no advantage), and the update would leave their
+            # rows out: every row is computed, as in training where the groups differ
+            "trainer.skip_rows_without_advantage=false",
             "logger=none",
             "logger.progress=false",
             f"hydra.run.dir='{run_dir}'",
