@@ -3,6 +3,7 @@ hand-made batches in TRL's batch-dict layout."""
 
 from __future__ import annotations
 
+import copy
 import os
 from contextlib import contextmanager
 
@@ -18,6 +19,16 @@ def trainer(cache_dir, tmp_path_factory):
     """One trainer per test module; tests that change its weights restore them."""
     with built_trainer(cache_dir, tmp_path_factory.mktemp("loss") / "checkpoints") as built:
         yield built
+
+
+@pytest.fixture
+def restored(trainer):
+    """The trainer with its weights and optimizer put back afterwards (the fixture is shared by the module)."""
+    weights = copy.deepcopy(trainer.model.state_dict())
+    optimizer = trainer.optimizer
+    yield trainer
+    trainer.model.load_state_dict(weights)
+    trainer.optimizer = optimizer
 
 
 @contextmanager

@@ -27,16 +27,6 @@ ADVANTAGES = [1.0, -1.0, -0.5, 2.0]
 LENGTHS = [3, 2, 4, 3]
 
 
-@pytest.fixture
-def restored(trainer):
-    """The trainer with its weights and optimizer put back afterwards (the fixture is shared by the module)."""
-    weights = copy.deepcopy(trainer.model.state_dict())
-    optimizer = trainer.optimizer
-    yield trainer
-    trainer.model.load_state_dict(weights)
-    trainer.optimizer = optimizer
-
-
 def one_iteration(trainer, batch, monkeypatch, *, lr: float, optimizer=torch.optim.AdamW) -> dict:
     """`training_step` on a prepared batch with a fresh optimizer; returns the iteration's metrics."""
     trainer.optimizer = optimizer(trainer.model.parameters(), lr=lr)

@@ -25,16 +25,6 @@ pytestmark = pytest.mark.slow
 LENGTHS = [3, 2, 4, 3, 2, 3]
 
 
-@pytest.fixture
-def restored(trainer):
-    """The trainer with its weights and optimizer put back afterwards (the fixture is shared by the module)."""
-    weights = copy.deepcopy(trainer.model.state_dict())
-    optimizer = trainer.optimizer
-    yield trainer
-    trainer.model.load_state_dict(weights)
-    trainer.optimizer = optimizer
-
-
 def iteration_weights(trainer, monkeypatch, advantages, optimizer, *, skip: bool):
     """One iteration from the current weights with a fresh `optimizer`: (the weights after it, the rows of every
     forward pass in order, its metrics)."""
