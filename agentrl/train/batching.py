@@ -118,8 +118,9 @@ def rows_with_advantage(batch: dict[str, Any]) -> torch.Tensor:
     return rows if len(rows) else torch.arange(min(1, batch["advantages"].shape[0]))
 
 
-def select_rows(batch: dict[str, Any], rows: torch.Tensor) -> dict[str, Any]:
-    """The batch's `rows` (an index tensor), in that order. Scalars (0-dim tensors, numbers) are passed through."""
+def select_rows(batch: dict[str, Any], rows: torch.Tensor | slice) -> dict[str, Any]:
+    """The batch's `rows` (an index tensor, in its order, or a slice). Scalars (0-dim tensors, numbers) are passed
+    through."""
     return {k: (v[rows] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in batch.items()}
 
 
@@ -133,8 +134,7 @@ def row_slices(batch: dict[str, Any], bounds: list[tuple[int, int]], trim: bool 
     """The batch's rows [start, end) for each of `bounds`, in order; with `trim`, padding columns that no row of
     the slice uses are dropped. Scalars (0-dim tensors, numbers) are passed through."""
     for start, end in bounds:
-        sl = slice(start, end)
-        micro = {k: (v[sl] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in batch.items()}
+        micro = select_rows(batch, slice(start, end))
         if trim:
             used_p = micro["prompt_mask"].any(dim=0).nonzero()
             used_c = micro["completion_mask"].any(dim=0).nonzero()
