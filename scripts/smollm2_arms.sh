@@ -8,21 +8,28 @@
 #   OUT=/tmp/arms HW=gpu SFTMODEL=model=smollm2-135m-instruct EXTRA=trainer.iterations=60 DEADLINE=420 \
 #     ARMS="A:60:60:2e-5 B:0:120:2e-5 C:60:20:2e-5 D:60:60:5e-5" bash scripts/smollm2_arms.sh
 # ARMS: NAME:EXPERT_EPISODES:RANDOM_EPISODES:RL_LEARNING_RATE; a numeric NAME is also the arm's seed.
+# EXPERIMENT (default smollm2_household) picks the RL recipe; SFTEXTRA adds overrides to `agentrl sft` (EXTRA's go to
+# `agentrl train`). The CPU recipe, one seed, bf16, within two hours:
+#   OUT=/tmp/cpu HW=cpu SFTMODEL=model=smollm2-135m-instruct EXPERIMENT=smollm2_household_cpu DEADLINE=7200 \
+#     SFTEXTRA=hardware.precision=bf16 EXTRA=hardware.precision=bf16 ARMS="0:60:60:5e-5" bash scripts/smollm2_arms.sh
 # On this CPU, a quick check of the script itself with the tiny model:
 #   OUT=/tmp/arms HW=cpu SFTMODEL=+debug=fast EXTRA="trainer.iterations=2 eval.num_tasks=4 trainer.tasks_per_iteration=2
 #     trainer.group_size=2" DEADLINE=300 ARMS="0:4:4:2e-5" bash scripts/smollm2_arms.sh
 set -u
+EXPERIMENT=${EXPERIMENT:-smollm2_household}
+SFTEXTRA=${SFTEXTRA:-}
+SFTEVAL=${SFTEVAL:-64}
 start=$(date +%s)
 mkdir -p "$OUT"
 seed_of() { [[ $1 =~ ^[0-9]+$ ]] && echo "$1" || echo 0; }
 arm() {
   name=$1; exp=$2; rnd=$3; lr=$4; seed=$(seed_of $name); d=$OUT/$name; log=$OUT/$name.log
   python -m agentrl.cli sft $SFTMODEL hardware=$HW env.level=default sft.episodes=$exp \
-    sft.random_episodes=$rnd sft.epochs=1 sft.learning_rate=5e-5 sft.eval_before=false eval.num_tasks=64 \
-    rollout.max_new_tokens=32 seed=$seed hydra.run.dir=$d/sft > $log 2>&1
+    sft.random_episodes=$rnd sft.epochs=1 sft.learning_rate=5e-5 sft.eval_before=false eval.num_tasks=$SFTEVAL \
+    rollout.max_new_tokens=32 seed=$seed $SFTEXTRA hydra.run.dir=$d/sft > $log 2>&1
   echo "== sft done at $(( $(date +%s) - start )) s" >> $log
   left=$(( DEADLINE - ($(date +%s) - start) ))
-  timeout -k 30 $left python -m agentrl.cli train +experiment=smollm2_household model.path=$d/sft/model \
+  timeout -k 30 $left python -m agentrl.cli train +experiment=$EXPERIMENT model.path=$d/sft/model \
     hardware=$HW logger=none trainer.learning_rate=$lr trainer.save_every=1000 seed=$seed $EXTRA \
     hydra.run.dir=$d/rl >> $log 2>&1
   echo "== rl ended at $(( $(date +%s) - start )) s" >> $log
