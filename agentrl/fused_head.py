@@ -13,8 +13,9 @@ a household turn's row holds about 340 prompt tokens and 10 completion tokens, a
 `score_completion_only()` makes TRL take its compact path (the positions with a label, as on CUDA) on a CPU
 too. The compact path is TRL's own code, the one a GPU runs; only its choice of path is changed. Values and
 gradients are those of the same tiles over fewer rows (tests/train/test_logps_tiles.py holds them against the
-full-logits computation). Supervised fine-tuning on a CPU takes its loss from the full logits instead
-(agentrl/models/fine_tune.py: the tiny model the compact path built at two threads learned less; docs/architecture.md).
+full-logits computation). `agentrl sft` takes the compact path on a CPU too (agentrl/models/fine_tune.py); the tiny
+model's warm-up takes its loss from the full logits instead (the tiny model the compact path built at two threads
+learned less; docs/architecture.md, "The warm start").
 """
 
 from __future__ import annotations

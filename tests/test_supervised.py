@@ -153,24 +153,54 @@ def _first_step_gradients(trainer) -> dict[str, torch.Tensor]:
     return grads
 
 
-def test_on_cpu_the_full_logits_loss_has_trls_gradients(tokenizer, tmp_path):
-    """agentrl's CPU trainer (the model's own loss from full logits) and TRL's fused LM head give the same first
-    step: the whole data set is one batch, so the two see the same rows."""
+def test_on_cpu_both_loss_paths_have_trls_gradients(tokenizer, tmp_path):
+    """On a CPU `agentrl sft` takes TRL's compact path (the reply's positions only) and the tiny model's warm-up the
+    model's own loss from the full logits (`full_logits=True`); both give TRL's first step: the whole data set is
+    one batch, so every trainer sees the same rows."""
     from trl import SFTTrainer
 
     from agentrl.models.fine_tune import pair_dataset, sft_config
 
     schedule = _schedule(steps=1, batch_size=len(PAIRS))
-    ours = sft_trainer(_model(tokenizer), tokenizer, PAIRS, schedule, str(tmp_path / "ours"))
-    assert type(ours).__name__ == "FullLogitsSFTTrainer"
+    full = sft_trainer(_model(tokenizer), tokenizer, PAIRS, schedule, str(tmp_path / "full"), full_logits=True)
+    assert type(full).__name__ == "FullLogitsSFTTrainer"
+    compact = sft_trainer(_model(tokenizer), tokenizer, PAIRS, schedule, str(tmp_path / "compact"))
+    assert type(compact) is SFTTrainer
     trls = SFTTrainer(
         model=_model(tokenizer),
         args=sft_config(schedule, str(tmp_path / "trl")),
         train_dataset=pair_dataset(tokenizer, PAIRS, schedule.max_prompt_tokens),
         processing_class=tokenizer,
     )
-    expected, got = _first_step_gradients(trls), _first_step_gradients(ours)
-    assert expected.keys() == got.keys() and len(got) > 5
-    for name, grad in expected.items():
-        assert torch.allclose(got[name], grad, rtol=1e-4, atol=1e-7), name
-    assert ours.state.log_history[0]["loss"] == pytest.approx(trls.state.log_history[0]["loss"], rel=1e-5)
+    expected = _first_step_gradients(trls)
+    for ours in (full, compact):
+        got = _first_step_gradients(ours)
+        assert expected.keys() == got.keys() and len(got) > 5
+        for name, grad in expected.items():
+            assert torch.allclose(got[name], grad, rtol=1e-4, atol=1e-7), name
+        assert ours.state.log_history[0]["loss"] == pytest.approx(trls.state.log_history[0]["loss"], rel=1e-5)
+
+
+def test_on_cpu_sft_projects_the_replies_positions_only(tokenizer, tmp_path):
+    """TRL's fused head projects every position where it has no Triton kernel; `agentrl sft` makes it project only
+    the positions whose next token is scored (the reply's), as on a GPU, so a prompt of hundreds of tokens is not
+    projected through a 49,152-word vocabulary twice a step. The full-logits path does project them all."""
+    from tests.train.test_logps_tiles import LargestVocabTensor
+
+    long_prompt = " ".join([PAIRS[0][0]] * 6)  # about 200 prompt tokens against a reply of a dozen
+    pairs = [(long_prompt, reply) for _, reply in PAIRS]
+    schedule = _schedule(steps=1, batch_size=len(pairs), max_prompt_tokens=10_000)
+    rows = pairs_ids(tokenizer, pairs, schedule.max_prompt_tokens)
+    positions, scored = max(len(ids) for ids, _ in rows), sum(sum(mask) for _, mask in rows)
+    assert positions > 10 * max(sum(mask) for _, mask in rows)
+    largest = {}
+    for full_logits in (False, True):
+        trainer = sft_trainer(
+            _model(tokenizer), tokenizer, pairs, schedule, str(tmp_path / str(full_logits)), full_logits=full_logits
+        )
+        recorder = LargestVocabTensor(len(tokenizer))
+        with recorder:
+            trainer.train()
+        largest[full_logits] = recorder.largest // len(tokenizer)
+    assert largest[False] <= scored  # the reply's positions (each with its end token), no prompt position
+    assert largest[True] >= len(pairs) * positions  # every row's every position

@@ -105,13 +105,14 @@ def full_logits_trainer(sft_trainer_class):
     """`SFTTrainer` with transformers' own `Trainer.compute_loss`: the model's loss from its full logits, the sum of
     the reply tokens' negative log-likelihoods divided by their count, as TRL's.
 
-    TRL 1.16 computes the loss with its fused LM head, which scores the positions in tiles without the full logits:
-    built for accelerators and large vocabularies. On CPU, where it has no Triton kernel, it scores every position,
-    the prompt's too, and recomputes each tile in the backward pass: half of a tiny-model warm-up step went there
-    (docs/sft.md, "Deviations"). The gradients are the same (tests/test_supervised.py); TRL's entropy and token
-    accuracy metrics, which agentrl does not read, are not logged. (TRL's compact path, which agentrl/fused_head.py
-    gives RL's log-prob pass on a CPU, was faster still, but the tiny model it built at two threads learned less:
-    docs/architecture.md, "The warm start".)"""
+    The tiny model's warm-up trains this way on a CPU (`sft_trainer(full_logits=True)`). TRL 1.16 computes the loss
+    with its fused LM head, which scores the positions in tiles without the full logits: built for accelerators and
+    large vocabularies. On a CPU, where it has no Triton kernel, it scores every position, the prompt's too, and
+    recomputes each tile in the backward pass: half of a tiny-model warm-up step went there (docs/sft.md,
+    "Deviations"). The gradients are the same (tests/test_supervised.py); TRL's entropy and token accuracy metrics,
+    which agentrl does not read, are not logged. TRL's compact path (`agentrl/fused_head.py`), which `agentrl sft`
+    takes, was faster still for the warm-up, but the tiny model it built at two threads learned less
+    (docs/architecture.md, "The warm start"): the default's measured curve rests on the full-logits build."""
     from transformers import Trainer
 
     class FullLogitsSFTTrainer(sft_trainer_class):
@@ -133,15 +134,24 @@ def sft_trainer(
     precision="fp32",
     peft_config=None,
     callbacks=(),
+    full_logits=False,
 ):
-    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs; on CPU, with
-    the loss from the model's own logits (`full_logits_trainer`)."""
+    """TRL's `SFTTrainer` on the pairs, with agentrl's progress instead of transformers' printed logs. Its loss comes
+    from TRL's fused LM head over the reply's positions only, on a CPU too (`agentrl/fused_head.py`); with
+    `full_logits` on a CPU, from the model's own full logits instead (`full_logits_trainer`: the tiny model's
+    warm-up)."""
     import datasets
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
+    from agentrl.fused_head import score_completion_only
+
     datasets.disable_progress_bars()  # TRL's dataset passes would draw one bar per call
-    trainer_class = full_logits_trainer(SFTTrainer) if device == "cpu" else SFTTrainer
+    if device == "cpu" and full_logits:
+        trainer_class = full_logits_trainer(SFTTrainer)
+    else:
+        trainer_class = SFTTrainer
+        score_completion_only()  # TRL's compact path on a CPU as on a GPU: the prompt's positions are not projected
     trainer = trainer_class(
         model=model,
         args=sft_config(schedule, output_dir, device, precision),
@@ -164,11 +174,12 @@ def fine_tune(
     precision: str = "fp32",
     peft_config=None,
     doing: str = "supervised fine-tuning",
+    full_logits: bool = False,
 ):
     """Train `model` on the pairs' replies for `schedule.steps` steps; returns (the model, each step's loss).
 
     With a `peft_config` TRL trains a LoRA adapter, which is merged into the returned model, so that it saves
-    and loads as plain weights."""
+    and loads as plain weights. `full_logits`: on a CPU, the loss from the full logits (`sft_trainer`)."""
     from transformers import TrainerCallback
 
     from agentrl.progress import Phase
@@ -195,6 +206,7 @@ def fine_tune(
             precision=precision,
             peft_config=peft_config,
             callbacks=[Progress()],
+            full_logits=full_logits,
         )
         trainer.train()
         trained = trainer.model

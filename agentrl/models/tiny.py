@@ -259,7 +259,8 @@ def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any):
         max_prompt_tokens=PROMPT_BUDGET,
         weight_decay=0.01,  # torch's AdamW default, which the warm-up's own loop used before it ran on SFTTrainer
     )
-    return fine_tune(model, tokenizer, pairs, schedule, doing="tiny model: warm-up")
+    # the loss from the full logits, as the build the default's measured curve rests on (fine_tune.full_logits_trainer)
+    return fine_tune(model, tokenizer, pairs, schedule, doing="tiny model: warm-up", full_logits=True)
 
 
 def valid_action_rate(model, tokenizer, suite, env_cfg: Any, turns: int = 400) -> dict[str, float]:
