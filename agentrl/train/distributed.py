@@ -19,7 +19,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from agentrl.errors import UserError
 
@@ -185,6 +185,22 @@ def write_result(run_dir: Path, success: float, stopped: dict | None = None) -> 
 
 
 # --------------------------------------------------------------------------- inside the ranks
+
+
+def leave(accelerator: Any) -> NoReturn:
+    """End a rank that has done its work (its outcome in RESULT_FILE, its checkpoint and logs written): leave the
+    process group, flush the logs, and exit with 0 at once, without the interpreter's finalization.
+
+    In that finalization gloo's threads can abort a rank that has finished ("terminate called without an active
+    exception", SIGABRT), and the launching process then reports a crash (docs/architecture.md, "How a rank
+    ends", has the measurements)."""
+    import logging
+
+    accelerator.end_training()  # destroy_process_group: every rank has passed its last collective
+    logging.shutdown()  # flushes and closes the handlers (train.log), as an ordinary exit would
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(0)
 
 
 def on_every_rank(accelerator: Any, flag: bool) -> bool:

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import os
 from dataclasses import dataclass
@@ -61,9 +62,9 @@ def run_job(cfg: Any) -> float:
     check_writable(folder, "hydra.run.dir")  # a job of a sweep or of submitit makes its own folder
     # the launching process holds the folder for its ranks; nothing is written there before this
     if distributed.is_rank_process():
+        faulthandler.enable()  # a rank that dies of a signal (SIGABRT, SIGSEGV) prints where its Python stack was
         run = _run_here(cfg)
-        run.trainer.accelerator.end_training()  # see below
-        return run.success
+        distributed.leave(run.trainer.accelerator)  # does not return: the outcome is in the run folder
     lock = claim(folder, cfg)
     try:
         if distributed.needs_launch(cfg.hardware):
