@@ -186,16 +186,20 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         return batch
 
     def evaluate(self) -> dict[str, float]:
-        """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks."""
+        """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks.
+        `time/eval_s` is its wall time (an evaluation of 64 tasks can take longer than an iteration)."""
+        started = time.perf_counter()
         unwrap = unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
         )
         with unwrap as unwrapped, self.accelerator.autocast():  # bf16 on a CPU: the forward has no autocast of its own
             if self.accelerator.num_processes == 1:
-                return self.evaluator(unwrapped)
-            return self.evaluator(
-                unwrapped, self.accelerator.process_index, self.accelerator.num_processes, gather=self.all_ranks
-            )
+                metrics = self.evaluator(unwrapped)
+            else:
+                metrics = self.evaluator(
+                    unwrapped, self.accelerator.process_index, self.accelerator.num_processes, gather=self.all_ranks
+                )
+        return {**metrics, "time/eval_s": time.perf_counter() - started}
 
     def filter_tasks(self) -> None:
         """ARPO's optional task selection by the base policy (a no-op unless configured)."""
