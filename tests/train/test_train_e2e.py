@@ -50,6 +50,9 @@ def test_metrics_are_written_per_iteration(trained_run):
         assert "credit/episode_step_advantage_correlation" in r  # null where undefined
         assert not any(key.startswith("gigpo/") for key in r)
     assert "eval/success" in records[-1]
+    evaluated = [r for r in records if "eval/success" in r]
+    assert all(r["time/eval_s"] > 0 for r in evaluated), "every evaluation logs its wall time"
+    assert not any("time/eval_s" in r for r in records if "eval/success" not in r)
 
 
 def test_every_parameter_changed(trained_run, cache_dir):
