@@ -64,7 +64,9 @@ def run_job(cfg: Any) -> float:
     if distributed.is_rank_process():
         faulthandler.enable()  # a rank that dies of a signal (SIGABRT, SIGSEGV) prints where its Python stack was
         run = _run_here(cfg)
-        distributed.leave(run.trainer.accelerator)  # does not return: the outcome is in the run folder
+        # does not return: the outcome is in the run folder. Not after an error (the exception goes on), as the
+        # other rank may still be in a collective, and leaving the group then could hang it.
+        distributed.leave(run.trainer.accelerator)
     lock = claim(folder, cfg)
     try:
         if distributed.needs_launch(cfg.hardware):
@@ -83,10 +85,6 @@ def run_job(cfg: Any) -> float:
         raise
     finally:
         lock.release()
-    # A rank leaves its process group before the interpreter exits: left to finalization, gloo's threads can abort
-    # the process (SIGABRT, "terminate called without an active exception") after the run has finished. Only on
-    # this path: after an error the other rank may still be in a collective, and leaving could hang.
-    run.trainer.accelerator.end_training()
     return run.success
 
 
