@@ -13,6 +13,7 @@ equally sized micro-batches: TRL's loss gathers metrics across ranks), and metri
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -194,8 +195,6 @@ def leave(accelerator: Any) -> NoReturn:
     In that finalization gloo's threads can abort a rank that has finished ("terminate called without an active
     exception", SIGABRT), and the launching process then reports a crash (docs/architecture.md, "How a rank
     ends", has the measurements)."""
-    import logging
-
     accelerator.end_training()  # destroy_process_group: every rank has passed its last collective
     logging.shutdown()  # flushes and closes the handlers (train.log), as an ordinary exit would
     for stream in (sys.stdout, sys.stderr):
