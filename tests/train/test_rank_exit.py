@@ -41,6 +41,6 @@ def test_a_rank_leaves_its_group_flushes_and_skips_the_interpreters_exit(tmp_pat
     assert done.stdout.endswith("stdout without a newline")
     assert "stderr without a newline" in done.stderr
     assert "the last line of the log" in (tmp_path / "train.log").read_text()
-    assert (tmp_path / "left").read_text() == "end_training", "the process group is left first"
+    assert (tmp_path / "left").read_text() == "end_training", "the process group is left"
     assert not (tmp_path / "after").exists(), "leave does not return"
     assert not (tmp_path / "finalized").exists(), "the interpreter's finalization is skipped"
