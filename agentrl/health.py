@@ -42,13 +42,15 @@ def _values(records: Sequence[dict[str, Any]], key: str) -> list[tuple[int, floa
 def no_signal(records: Sequence[dict[str, Any]]) -> str | None:
     shares = _values(records, "rollout/groups_without_signal")
     recent = shares[-NO_SIGNAL_ITERATIONS:]
-    if len(recent) < NO_SIGNAL_ITERATIONS or statistics.median(share for _, share in recent) < NO_SIGNAL_SHARE:
+    if len(recent) < NO_SIGNAL_ITERATIONS:
         return None
-    first = recent[0][0]
-    successes = [s for i, s in _values(records, "rollout/success") if i >= first]
+    median = statistics.median(share for _, share in recent)
+    if median < NO_SIGNAL_SHARE:
+        return None
+    successes = [value for iteration, value in _values(records, "rollout/success") if iteration >= recent[0][0]]
     success = f", rollout success {statistics.fmean(successes):.2f}" if successes else ""
     return (
-        f"{NO_SIGNAL}: at iteration {recent[-1][0]}, a median {statistics.median(s for _, s in recent):.0%} of the "
+        f"{NO_SIGNAL}: at iteration {recent[-1][0]}, a median {median:.0%} of the "
         f"task groups had no signal over the last {NO_SIGNAL_ITERATIONS} iterations (every episode of a group ended "
         f"alike{success}); a start that explores more (rollout.temperature, a shorter sft), more episodes per task "
         "(trainer.group_size) or an env.level that suits the policy give groups that differ"
