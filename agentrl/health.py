@@ -50,10 +50,10 @@ def no_signal(records: Sequence[dict[str, Any]]) -> str | None:
     successes = [value for iteration, value in _values(records, "rollout/success") if iteration >= recent[0][0]]
     success = f", rollout success {statistics.fmean(successes):.2f}" if successes else ""
     return (
-        f"{NO_SIGNAL}: at iteration {recent[-1][0]}, a median {median:.0%} of the "
-        f"task groups had no signal over the last {NO_SIGNAL_ITERATIONS} iterations (every episode of a group ended "
-        f"alike{success}); a start that explores more (rollout.temperature, a shorter sft), more episodes per task "
-        "(trainer.group_size) or an env.level that suits the policy give groups that differ"
+        f"{NO_SIGNAL}: at iteration {recent[-1][0]}, a median {median:.0%} of the task groups had no signal over "
+        f"the last {NO_SIGNAL_ITERATIONS} iterations (every episode of a group ended alike{success}); a start that "
+        "explores more (rollout.temperature, a shorter sft), more episodes per task (trainer.group_size) or an "
+        "env.level that suits the policy give groups that differ"
     )
 
 
