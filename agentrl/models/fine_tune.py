@@ -45,17 +45,17 @@ def pair_ids(tokenizer, prompt: str, reply: str, max_prompt_tokens: int) -> tupl
 
 
 def pairs_ids(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int) -> list[tuple[list[int], list[int]]]:
-    """`pair_ids` of every pair, with one batched tokenizer call for the prompts and one for the distinct replies
-    (the tiny model's tens of thousands of pairs took 0.6 ms each one by one; they hold about 80 distinct replies)."""
-    prompts = tokenizer.apply_chat_template(
-        [[{"role": "user", "content": prompt}] for prompt, _ in pairs], tokenize=False, add_generation_prompt=True
-    )
-    prompt_ids = tokenizer(prompts, add_special_tokens=False)["input_ids"]
+    """`pair_ids` of every pair, with one batched call for the prompts (`chat_prompts_ids`) and one for the distinct
+    replies (the tiny model's tens of thousands of pairs took 0.6 ms each one by one; they hold about 80 distinct
+    replies)."""
+    from agentrl.rollout.policies import chat_prompts_ids
+
+    prompt_ids = chat_prompts_ids(tokenizer, [prompt for prompt, _ in pairs], max_prompt_tokens)
     replies = list(dict.fromkeys(reply for _, reply in pairs))
     ids_of_reply = dict(zip(replies, tokenizer(replies, add_special_tokens=False)["input_ids"]))
     encoded = []
     for prompt, (_, reply_text) in zip(prompt_ids, pairs):
-        prompt, reply = prompt[-max_prompt_tokens:], [*ids_of_reply[reply_text], tokenizer.eos_token_id]
+        reply = [*ids_of_reply[reply_text], tokenizer.eos_token_id]
         encoded.append((prompt + reply, [0] * len(prompt) + [1] * len(reply)))
     return encoded
 

@@ -1,4 +1,5 @@
-"""HF generation policy: behaviour log-probs are those of the sampled tokens."""
+"""HF generation policy: behaviour log-probs are those of the sampled tokens; a turn's prompts are tokenized in one
+batch, to the ids each would have on its own."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from agentrl.envs.household import HouseholdSuite
 from agentrl.models.tiny import build_tokenizer
 from agentrl.rollout.collector import PromptSpec, collect
-from agentrl.rollout.policies import HFPolicy, SamplingSpec
+from agentrl.rollout.policies import HFPolicy, SamplingSpec, chat_prompts_ids
 
 
 def test_behaviour_logprobs_match_a_forward_pass():
@@ -35,3 +36,23 @@ def test_behaviour_logprobs_match_a_forward_pass():
         expected = logits.log_softmax(-1).gather(-1, torch.tensor(completion)[:, None]).squeeze(-1)
         assert len(logprobs) == len(completion)
         assert torch.allclose(torch.tensor(logprobs), expected, atol=1e-4)
+
+
+def test_a_turns_prompts_in_one_batch_have_the_ids_of_one_call_each():
+    tokenizer = build_tokenizer(["<action>go to fridge 1</action> You arrive at countertop 1."] * 50, vocab_size=300)
+    suite = HouseholdSuite("easy")
+    prompts = [suite.make_env().reset(suite.task("train", i)).text for i in range(3)]
+    prompts += ["", "go to fridge 1 " * 40]  # an empty prompt, and one longer than the budget: cut at its start
+    for budget in (7, 2048):
+        one_call_each = [
+            tokenizer(
+                tokenizer.apply_chat_template(
+                    [{"role": "user", "content": prompt}], tokenize=False, add_generation_prompt=True
+                ),
+                add_special_tokens=False,
+            )["input_ids"][-budget:]
+            for prompt in prompts
+        ]
+        assert chat_prompts_ids(tokenizer, prompts, budget) == one_call_each
+    assert all(len(ids) == 7 for ids in chat_prompts_ids(tokenizer, prompts, 7))
+    assert chat_prompts_ids(tokenizer, [], 7) == []
