@@ -8,8 +8,8 @@
    the model's layers for a micro-batch of tokens (hidden x hidden, hidden x intermediate and back, hidden x
    vocabulary), each the median over a second of repeats; the peak of each dtype is the best of those shapes. And the memory bandwidth (a large copy),
    which bounds generation's decode steps: each step reads every weight once.
-2. Each arm (`--arms`: fp32 is today's path, bf16 is `hardware.precision=bf16`, the _lora arms add
-   `model.lora.enabled=true`) trains `--iterations`
+2. Each arm (`--arms`: fp32 is today's path, bf16 is `hardware.precision=bf16`, bf16_gen adds
+   `rollout.generate_in_bf16=true`, the _lora arms add `model.lora.enabled=true`) trains `--iterations`
    iterations of `agentrl train +experiment=smollm2_household_cpu` (the converted SmolLM2-135M-Instruct, or
    `--model-path`, with evaluation and checkpoints off, and every row computed: the zero-shot model's rows rarely
    have an advantage, and `trainer.skip_rows_without_advantage` would leave them out) in a process of its own, one
@@ -44,6 +44,7 @@ sys.path.insert(0, str(REPO))
 ARMS = {
     "fp32": ["hardware.precision=fp32"],
     "bf16": ["hardware.precision=bf16"],
+    "bf16_gen": ["hardware.precision=bf16", "rollout.generate_in_bf16=true"],  # generation on bf16 weights
     "bf16_lora": ["hardware.precision=bf16", "model.lora.enabled=true"],  # rank 16 on every linear layer
     "fp32_lora": ["hardware.precision=fp32", "model.lora.enabled=true"],
 }

@@ -92,3 +92,24 @@ def test_a_cpu_keeps_fp32_weights_under_bf16():
     assert weights_precision("bf16", "cpu") == "fp32"
     assert weights_precision("bf16", "cuda") == "bf16"
     assert weights_precision("fp32", "cpu") == "fp32"
+
+
+def test_generating_in_bf16_is_refused_where_it_means_nothing():
+    assert preflight("train", ["hardware.precision=bf16", "rollout.generate_in_bf16=true"]).rollout.generate_in_bf16
+    refusals = {
+        "needs hardware.precision=bf16 (got fp32)": ["rollout.generate_in_bf16=true"],
+        "has no effect on hardware.device=cuda": [
+            "hardware=gpu",
+            "rollout.backend=hf",
+            "rollout.generate_in_bf16=true",
+        ],
+        "has no effect with rollout.backend=vllm": [
+            "hardware.precision=bf16",
+            "rollout.backend=vllm",
+            "rollout.generate_in_bf16=true",
+        ],
+    }
+    for message, overrides in refusals.items():
+        with pytest.raises(UserError, match=r"^rollout.generate_in_bf16") as err:
+            preflight("train", overrides)
+        assert message in str(err.value) and "\n" not in str(err.value)

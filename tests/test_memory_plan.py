@@ -87,6 +87,16 @@ def test_generation_terms():
     assert mp.scores(SHAPE, gen) == 6 * 5 * 100 * 4
     assert mp.prefill(SHAPE, gen) == 6 * 10 * (4 * 8 + 3 * 16) * 4
     assert mp.kv_cache(SHAPE, WORK) == mp.scores(SHAPE, WORK) == 0  # vLLM generates: no HF generate call
+    assert mp.bf16_weights(SHAPE, gen) == 0
+    assert mp.bf16_weights(SHAPE, replace(gen, generate_in_bf16=True)) == 2024 * 2  # P in bf16, while generating
+
+
+def test_generating_in_bf16_adds_the_rounded_weights_to_the_generation_phase():
+    plain = memory_check.plan_of(preflight("train", ["hardware.precision=bf16"]))[0]
+    rounded = memory_check.plan_of(preflight("train", ["hardware.precision=bf16", "rollout.generate_in_bf16=true"]))[0]
+    parameters = mp.parameter_count(memory_check.model_shape(preflight("train", []).model))
+    assert rounded.generation_bytes - plain.generation_bytes == parameters * 2
+    assert memory_check.PHASE["bf16_weights"] == "generation"
 
 
 def test_the_peak_is_what_stays_plus_the_larger_phase():

@@ -173,6 +173,7 @@ def check_cross_fields(cfg: Any) -> None:
     strategy = cfg.hardware.strategy
     if cfg.hardware.device == Device.cpu and strategy not in STRATEGIES_ON_CPU:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
+    check_generate_in_bf16(cfg.rollout, cfg.hardware)
     if cfg.rollout.backend == Backend.hf:
         changed = _changed(cfg.rollout.vllm, VllmConfig())
         if changed:
@@ -187,6 +188,28 @@ def check_cross_fields(cfg: Any) -> None:
                 raise UserError(
                     f"model.registry={cfg.model.registry} has no effect with model=tiny; use model={cfg.model.registry}"
                 )
+
+
+def check_generate_in_bf16(rollout: Any, hardware: Any) -> None:
+    """rollout.generate_in_bf16 rounds the fp32 weights that a bf16 run on a CPU trains to bfloat16 for HF generation
+    (on a GPU a bf16 run's weights are bf16 already)."""
+    if not rollout.generate_in_bf16:
+        return
+    if hardware.precision != Precision.bf16:
+        raise UserError(
+            f"rollout.generate_in_bf16=true needs hardware.precision=bf16 (got {hardware.precision}): it generates "
+            "from the bf16 rounding of weights that a bf16 run trains under autocast"
+        )
+    if hardware.device != Device.cpu:
+        raise UserError(
+            f"rollout.generate_in_bf16 has no effect on hardware.device={hardware.device}: a bf16 run keeps its "
+            "weights in bf16 there already"
+        )
+    if rollout.backend == Backend.vllm:
+        raise UserError(
+            "rollout.generate_in_bf16 has no effect with rollout.backend=vllm: the engine computes in "
+            "hardware.precision already"
+        )
 
 
 def check_tiny(tiny: Any) -> None:

@@ -57,6 +57,7 @@ def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
         vllm_bytes=int(r.vllm.gpu_memory_utilization * device_bytes) if colocated and device_bytes else 0,
         shards=ranks if strategy in ("deepspeed_zero3", "fsdp") else 1,
         optimizer_shards=ranks if strategy == "deepspeed_zero2" else 1,
+        generate_in_bf16=bool(r.generate_in_bf16),
     )
 
 

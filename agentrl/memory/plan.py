@@ -6,7 +6,7 @@ gradients are freed, `zero_grad(set_to_none=True)`, before the next rollout):
 
     peak = runtime + weights + optimizer + reference + vllm + max(update, generation)
     update = gradients + activations + lm_head
-    generation = kv_cache + scores + prefill
+    generation = kv_cache + scores + prefill + bf16_weights
 
 Each term is a pure function below, its formula in its docstring. The shapes are a Hugging Face config.json's
 (`ModelShape`); the sizes the config's (`Workload`). Sizes in bytes; b is the bytes of one value in
@@ -128,6 +128,7 @@ class Workload:
     vllm_bytes: int = 0  # what a colocated vLLM engine reserves
     shards: int = 1  # ZeRO-3 / FSDP split weights, gradients and moments over this many ranks
     optimizer_shards: int = 1  # ZeRO-2 splits gradients and moments only
+    generate_in_bf16: bool = False  # rollout.generate_in_bf16: bf16 weights beside the fp32 ones while generating
 
     @property
     def row_tokens(self) -> int:
@@ -229,13 +230,19 @@ def prefill(shape: ModelShape, w: Workload) -> int:
     return w.generation_rows * w.max_prompt_tokens * width * w.bytes_per_value
 
 
+def bf16_weights(shape: ModelShape, w: Workload) -> int:
+    """With rollout.generate_in_bf16, the weights rounded to bf16 for generation, held beside the fp32 ones: P * 2.
+    (Generation's key/value cache and prefill are then bf16 too; kv_cache and prefill still count them at b.)"""
+    return parameter_count(shape) * 2 if w.generate_in_bf16 else 0
+
+
 @dataclass
 class MemoryPlan:
     """The estimate's terms (bytes) and the peak they add up to."""
 
     terms: dict[str, int] = field(default_factory=dict)
     update: tuple[str, ...] = ("gradients", "activations", "lm_head")
-    generation: tuple[str, ...] = ("kv_cache", "scores", "prefill")
+    generation: tuple[str, ...] = ("kv_cache", "scores", "prefill", "bf16_weights")
 
     @property
     def update_bytes(self) -> int:
@@ -271,6 +278,7 @@ def plan(shape: ModelShape, w: Workload) -> MemoryPlan:
             "kv_cache": kv_cache(shape, w),
             "scores": scores(shape, w),
             "prefill": prefill(shape, w),
+            "bf16_weights": bf16_weights(shape, w),
         }
     )
 

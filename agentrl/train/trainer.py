@@ -18,6 +18,7 @@ integration"):
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from trl.models.utils import unwrap_model_for_generation
 
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
 from agentrl.fused_head import score_completion_only
+from agentrl.models.bf16_weights import weights_in_bf16
 from agentrl.models.lora import peft_config
 from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, collect
@@ -145,7 +147,8 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         unwrap = unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
         )
-        with unwrap as unwrapped, self.accelerator.autocast():  # bf16 on a CPU: the forward has no autocast of its own
+        with unwrap as unwrapped, self.accelerator.autocast(), self.generation_weights(unwrapped):
+            # (bf16 on a CPU: the forward has no autocast of its own)
             interrupt = self.stop.wanted if lockstep is not None else None
             policy = HFPolicy(unwrapped, self.processing_class, sampling, self.eos_token_ids, interrupt=interrupt)
             return collect(
@@ -192,7 +195,8 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         unwrap = unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
         )
-        with unwrap as unwrapped, self.accelerator.autocast():  # bf16 on a CPU: the forward has no autocast of its own
+        with unwrap as unwrapped, self.accelerator.autocast(), self.generation_weights(unwrapped):
+            # (bf16 on a CPU: the forward has no autocast of its own)
             if self.accelerator.num_processes == 1:
                 metrics = self.evaluator(unwrapped)
             else:
@@ -200,6 +204,11 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
                     unwrapped, self.accelerator.process_index, self.accelerator.num_processes, gather=self.all_ranks
                 )
         return {**metrics, "time/eval_s": time.perf_counter() - started}
+
+    def generation_weights(self, unwrapped):
+        """The weights HF generation runs on: the trained ones, or with `rollout.generate_in_bf16` their bfloat16
+        rounding for the rollout or evaluation (models/bf16_weights.py), the fp32 ones given back after."""
+        return weights_in_bf16(unwrapped) if self.cfg.rollout.generate_in_bf16 else contextlib.nullcontext()
 
     def filter_tasks(self) -> None:
         """ARPO's optional task selection by the base policy (a no-op unless configured)."""

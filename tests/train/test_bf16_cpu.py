@@ -75,3 +75,25 @@ def test_the_rollouts_generation_runs_under_bf16_autocast(cache_dir, tmp_path):
             assert seen == {torch.bfloat16}
     finally:
         AcceleratorState._reset_state(True)
+
+
+def test_generate_in_bf16_generates_on_bf16_weights_and_trains_the_fp32_ones(cache_dir, tmp_path):
+    AcceleratorState._reset_state(True)
+    try:
+        overrides = ["hardware.precision=bf16", "rollout.generate_in_bf16=true"]
+        with built_trainer(cache_dir, tmp_path, overrides) as trainer:
+            fp32 = {name: p.detach().clone() for name, p in trainer.model.named_parameters()}
+            weights_seen = []  # the weight dtype of each generation forward
+            layer = trainer.model.model.layers[0].mlp.down_proj
+            hook = layer.register_forward_hook(lambda m, i, out: weights_seen.append(m.weight.dtype))
+            batch = trainer._rollout([trainer.suite.task("train", 0)], group_size=2)
+            hook.remove()
+            assert len(batch) > 0 and set(weights_seen) == {torch.bfloat16}
+            evaluated = []
+            trainer.evaluator = lambda model, *args, **kwargs: evaluated.append(model.lm_head.weight.dtype) or {}
+            trainer.evaluate()
+            assert evaluated == [torch.bfloat16]
+            for name, p in trainer.model.named_parameters():  # AdamW's weights: fp32, as they were
+                assert p.dtype == torch.float32 and torch.equal(p, fp32[name]), name
+    finally:
+        AcceleratorState._reset_state(True)
