@@ -80,9 +80,9 @@ class RolloutConfig:
     max_new_tokens: int = checked(128, Ge(1))
     max_prompt_tokens: int = checked(2048, Ge(1))  # longer prompts keep their end (the current observation)
     # hardware.precision=bf16 on a CPU only: generate the rollouts and the held-out evaluations on the bfloat16
-    # rounding of the weights (the update keeps the fp32 ones under autocast). Faster (SmolLM2 on 2 cores: 52.5 ->
-    # 37.2 s a rollout of 4 x 4 episodes), but the rows are sampled from the bf16 rounding of the policy that is
-    # trained (docs/models.md, "Generating in bf16")
+    # rounding of the weights (the update keeps the fp32 ones under autocast). Faster (SmolLM2's CPU recipe on 2
+    # cores: generation 68.4 -> 50.0 s an iteration), but the rows are sampled from the bf16 rounding of the policy
+    # that is trained (docs/models.md, "Generating in bf16")
     generate_in_bf16: bool = False
 
 

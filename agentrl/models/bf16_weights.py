@@ -3,8 +3,8 @@
 On a CPU a bf16 run keeps its weights in fp32 and computes under autocast, so that AdamW's small steps are not lost
 to bf16's 8-bit mantissa (models/load.py, `weights_precision`). Generation under autocast still runs every norm,
 residual addition and attention in fp32 around the bf16 matmuls; with bf16 weights it runs them all in bf16, which
-on a 2-core CPU took SmolLM2's rollout of 4 x 4 household episodes from 52.5 to 37.2 s (docs/models.md, "Generating
-in bf16").
+on a 2-core CPU took the generation of SmolLM2's CPU recipe from 68.4 to 50.0 s an iteration (docs/models.md,
+"Generating in bf16").
 
 The weights are swapped in place rather than copied into a second model: the trained model's forward may be wrapped
 by an instance-level patch (TRL's fused LM head wraps it with a closure over the original bound method), and a deep

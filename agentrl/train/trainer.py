@@ -147,8 +147,8 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         unwrap = unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
         )
+        # autocast: bf16 on a CPU, where the forward has no autocast of its own
         with unwrap as unwrapped, self.accelerator.autocast(), self.generation_weights(unwrapped):
-            # (bf16 on a CPU: the forward has no autocast of its own)
             interrupt = self.stop.wanted if lockstep is not None else None
             policy = HFPolicy(unwrapped, self.processing_class, sampling, self.eos_token_ids, interrupt=interrupt)
             return collect(
@@ -195,8 +195,8 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         unwrap = unwrap_model_for_generation(
             self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
         )
+        # autocast: bf16 on a CPU, where the forward has no autocast of its own
         with unwrap as unwrapped, self.accelerator.autocast(), self.generation_weights(unwrapped):
-            # (bf16 on a CPU: the forward has no autocast of its own)
             if self.accelerator.num_processes == 1:
                 metrics = self.evaluator(unwrapped)
             else:
