@@ -1,8 +1,8 @@
 """Generation from the bfloat16 rounding of a model's weights (`rollout.generate_in_bf16`).
 
 On a CPU a bf16 run keeps its weights in fp32 and computes under autocast, so that AdamW's small steps are not lost
-to bf16's 8-bit mantissa (models/load.py, `weights_precision`). Generation under autocast still runs every norm,
-residual addition and attention in fp32 around the bf16 matmuls; with bf16 weights it runs them all in bf16, which
+to bf16's 8-bit mantissa (models/load.py, `weights_precision`). Generation under autocast keeps the residual stream
+and the elementwise work around the bf16 matmuls in fp32; with bf16 weights all of it runs in bf16, which
 on a 2-core CPU took the generation of SmolLM2's CPU recipe from 68.4 to 50.0 s an iteration (docs/models.md,
 "Generating in bf16").
 
