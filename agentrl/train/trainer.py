@@ -144,11 +144,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
                 pool=self.pool,
                 lockstep=lockstep,
             )
-        unwrap = unwrap_model_for_generation(
-            self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
-        )
-        # autocast: bf16 on a CPU, where the forward has no autocast of its own
-        with unwrap as unwrapped, self.accelerator.autocast(), self.generation_weights(unwrapped):
+        with self.generation_model() as unwrapped:
             interrupt = self.stop.wanted if lockstep is not None else None
             policy = HFPolicy(unwrapped, self.processing_class, sampling, self.eos_token_ids, interrupt=interrupt)
             return collect(
@@ -192,11 +188,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks.
         `time/eval_s` is its wall time (an evaluation of 64 tasks can take longer than an iteration)."""
         started = time.perf_counter()
-        unwrap = unwrap_model_for_generation(
-            self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
-        )
-        # autocast: bf16 on a CPU, where the forward has no autocast of its own
-        with unwrap as unwrapped, self.accelerator.autocast(), self.generation_weights(unwrapped):
+        with self.generation_model() as unwrapped:
             if self.accelerator.num_processes == 1:
                 metrics = self.evaluator(unwrapped)
             else:
@@ -205,10 +197,19 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
                 )
         return {**metrics, "time/eval_s": time.perf_counter() - started}
 
-    def generation_weights(self, unwrapped):
-        """The weights HF generation runs on: the trained ones, or with `rollout.generate_in_bf16` their bfloat16
-        rounding for the rollout or evaluation (models/bf16_weights.py), the fp32 ones given back after."""
-        return weights_in_bf16(unwrapped) if self.cfg.rollout.generate_in_bf16 else contextlib.nullcontext()
+    @contextlib.contextmanager
+    def generation_model(self):
+        """The model HF generation runs on, for a rollout or an evaluation: unwrapped (ZeRO-3 gathers the full
+        weights), under the run's autocast (bf16 on a CPU, where the forward has no autocast of its own), and with
+        `rollout.generate_in_bf16` on its weights' bfloat16 rounding (models/bf16_weights.py), the fp32 ones given
+        back after."""
+        unwrap = unwrap_model_for_generation(
+            self.model_wrapped, self.accelerator, gradient_checkpointing_kwargs=self.args.gradient_checkpointing_kwargs
+        )
+        with unwrap as unwrapped, self.accelerator.autocast():
+            rounded = weights_in_bf16(unwrapped) if self.cfg.rollout.generate_in_bf16 else contextlib.nullcontext()
+            with rounded:
+                yield unwrapped
 
     def filter_tasks(self) -> None:
         """ARPO's optional task selection by the base policy (a no-op unless configured)."""
