@@ -61,3 +61,19 @@ def test_corrupt_local_tokenizer_is_one_line(tmp_path):
     with pytest.raises(UserError) as err:
         load_tokenizer(str(tmp_path))
     assert str(err.value).startswith(f"cannot load the model in {tmp_path}")
+
+
+def test_a_model_trained_on_another_prompt_template_is_named(tmp_path):
+    from omegaconf import OmegaConf
+
+    from agentrl.models.load import prompt_template_change
+
+    folder = tmp_path / "sft" / "model"
+    folder.mkdir(parents=True)
+    run = OmegaConf.create({"path": str(folder)})
+    assert prompt_template_change(run, OmegaConf.create({"prompt_template": "compact"})) is None  # a plain folder
+    OmegaConf.save({"env": {"prompt_template": "compact"}}, folder / "agentrl_config.yaml")
+    assert prompt_template_change(run, OmegaConf.create({"prompt_template": "compact"})) is None
+    line = prompt_template_change(run, OmegaConf.create({"prompt_template": "alfworld"}))
+    assert "env.prompt_template=compact" in line and "alfworld" in line and "\n" not in line
+    assert prompt_template_change(OmegaConf.create({"path": None}), OmegaConf.create({"prompt_template": "x"})) is None

@@ -51,6 +51,24 @@ def resolve_model_source(model_cfg: Any, env_cfg: Any) -> str:
     raise UserError(f"model '{model_cfg.name}' has neither model.path nor model.hub_id")
 
 
+def prompt_template_change(model_cfg: Any, env_cfg: Any) -> str | None:
+    """One line where model.path was trained (by `agentrl sft` or `agentrl train`) on another prompt template than
+    this run's env.prompt_template, else None. A model fine-tuned on one template plays another out of its
+    distribution: SmolLM2's SFT start on `alfworld` against `compact` is a different start (docs/models.md)."""
+    from agentrl.models.lora import training_config
+
+    if not model_cfg.path or not Path(model_cfg.path).expanduser().is_dir():
+        return None
+    trained = training_config(Path(model_cfg.path).expanduser())
+    trained_template = None if trained is None else trained.get("env", {}).get("prompt_template")
+    if trained_template is None or trained_template == env_cfg.prompt_template:
+        return None
+    return (
+        f"model.path={model_cfg.path} was trained on env.prompt_template={trained_template}, and this run prompts "
+        f"with {env_cfg.prompt_template}; pass env.prompt_template={trained_template} to keep the prompts it learned"
+    )
+
+
 def load_tokenizer(source: str):
     """Load a tokenizer with left padding (generation continues from the right edge)."""
     from transformers import AutoTokenizer, PreTrainedTokenizerFast

@@ -134,7 +134,7 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
     from agentrl.envs.registry import make_suite
     from agentrl.envs.workers import make_pool
     from agentrl.evaluation.held_out import PeriodicEvaluator, evaluation_split
-    from agentrl.models.load import load_policy
+    from agentrl.models.load import load_policy, prompt_template_change
     from agentrl.tracking import NullTracker, Tracker, record_run
     from agentrl.train.sampler import TaskSampler
     from agentrl.train.trainer import AgentTrainer
@@ -152,6 +152,8 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
         record_run(folder, cfg)
     suite = make_suite(cfg.env)
     evaluation_split(cfg.eval, suite)  # a wrong split fails now, not after the model is built
+    if main_rank and (change := prompt_template_change(cfg.model, cfg.env)):
+        log.warning(change)
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
     sampler = TaskSampler(suite, "train", cfg.seed, pool_size=cfg.trainer.task_pool)
     pool = make_pool(suite.make_env, cfg.env.num_workers, cfg.env.step_timeout_s)  # shared by training and eval
