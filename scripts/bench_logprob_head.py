@@ -3,11 +3,17 @@ completions' positions only (agentrl/fused_head.py), on SmolLM2-135M-Instruct.
 
     python scripts/bench_logprob_head.py                       # 4 rows of 332 + 10 tokens, fp32 and bf16 autocast
     python scripts/bench_logprob_head.py --rows 16 --repeats 3
+    python scripts/bench_logprob_head.py --rows 16 --prompt 165 --profile   # + where the update's time goes
 
 For each precision it times one forward and backward of the model through TRL's fused head (the loss: the sum of
 the completion's log-probs), the best of `--repeats` after one warm-up, first with every position projected, then
 with the completions' only, and prints the speed-up and how far the log-probs and the embedding's gradient (the
 head's weight, tied) moved. The model comes from the registry (`agentrl models fetch smollm2-135m-instruct`).
+
+`--profile` then runs the training path (bf16 autocast, the completions' positions only) once more under torch's
+profiler and splits its time by operator: the matrix products (their FLOPs as the profiler counts them, so their
+own GFLOP/s) against attention, the dtype casts and the rest, which is why a pass reaches less of the matmul peak
+than its FLOPs alone would suggest.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ def main() -> None:
     parser.add_argument("--prompt", type=int, default=332, help="prompt tokens per row (a household turn: ~330)")
     parser.add_argument("--completion", type=int, default=10, help="completion tokens per row")
     parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="split the bf16 training path's time by operator")
     args = parser.parse_args()
 
     from transformers import AutoModelForCausalLM
@@ -71,6 +78,42 @@ def main() -> None:
             f"{(logps_a - logps_b).abs().max().item():.2e}; largest gradient change "
             f"{((grad_a - grad_b).abs().max() / grad_a.abs().max()).item():.2e} of the largest entry"
         )
+    if args.profile:
+        profile(lambda: step(True))
+
+
+MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
+GROUPS = {  # operator name -> the group it is reported in
+    "attention": ("scaled_dot_product", "flash_attention", "attention"),
+    "dtype casts": ("aten::to", "aten::_to_copy", "aten::copy_"),
+    "log-softmax": ("log_softmax", "logsumexp"),
+}
+
+
+def profile(step) -> None:
+    """One step under torch's profiler; self CPU time by group, and the matrix products' own GFLOP/s."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    with torch_profile(activities=[ProfilerActivity.CPU], with_flops=True) as prof:
+        started = time.perf_counter()
+        step()
+        wall = time.perf_counter() - started
+    seconds: dict[str, float] = {}
+    matmul_flops = 0.0
+    for event in prof.key_averages():
+        name, self_s = event.key, event.self_cpu_time_total / 1e6
+        if any(name.startswith(m) for m in MATMULS):
+            group = "matrix products"
+            matmul_flops += event.flops or 0
+        else:
+            group = next((g for g, parts in GROUPS.items() if any(p in name for p in parts)), "the rest")
+        seconds[group] = seconds.get(group, 0.0) + self_s
+    total = sum(seconds.values())
+    print(f"profiled step: {wall:.2f} s wall, {total:.2f} s of operators' self time")
+    for group, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
+        extra = f", {matmul_flops / s / 1e9:.0f} GFLOP/s" if group == "matrix products" and s else ""
+        print(f"  {group:16s} {s:7.2f} s  {100 * s / total:5.1f} %{extra}")
 
 
 if __name__ == "__main__":
