@@ -79,7 +79,10 @@ def main() -> None:
             f"{((grad_a - grad_b).abs().max() / grad_a.abs().max()).item():.2e} of the largest entry"
         )
     if args.profile:
-        profile(lambda: step(True))
+        from bench_cpu_speed import ceiling, model_shape  # this folder's benchmark: the same ceiling
+
+        peak = ceiling(model_shape(model.config))["bf16_peak_gflops"]
+        profile(lambda: step(True), results["completions only", True][0], peak)
 
 
 MATMULS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::matmul", "aten::linear")
@@ -90,8 +93,11 @@ GROUPS = {  # operator name -> the group it is reported in
 }
 
 
-def profile(step) -> None:
-    """One step under torch's profiler; self CPU time by group, and the matrix products' own GFLOP/s."""
+def profile(step, unprofiled_s: float, peak_gflops: float) -> None:
+    """One step under torch's profiler; self CPU time by group, the matrix products' own GFLOP/s, the largest
+    operators outside them, and what share of the bf16 peak the step reaches and could reach: its matrix products'
+    FLOPs over its unprofiled time, and over the time it would take with the products at the peak and the rest as
+    measured (the bound that the other operators set)."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -100,6 +106,7 @@ def profile(step) -> None:
         step()
         wall = time.perf_counter() - started
     seconds: dict[str, float] = {}
+    others: dict[str, float] = {}
     matmul_flops = 0.0
     for event in prof.key_averages():
         name, self_s = event.key, event.self_cpu_time_total / 1e6
@@ -108,12 +115,27 @@ def profile(step) -> None:
             matmul_flops += event.flops or 0
         else:
             group = next((g for g, parts in GROUPS.items() if any(p in name for p in parts)), "the rest")
+            others[name] = others.get(name, 0.0) + self_s
         seconds[group] = seconds.get(group, 0.0) + self_s
     total = sum(seconds.values())
     print(f"profiled step: {wall:.2f} s wall, {total:.2f} s of operators' self time")
     for group, s in sorted(seconds.items(), key=lambda kv: -kv[1]):
         extra = f", {matmul_flops / s / 1e9:.0f} GFLOP/s" if group == "matrix products" and s else ""
         print(f"  {group:16s} {s:7.2f} s  {100 * s / total:5.1f} %{extra}")
+    print("largest operators outside the matrix products:")
+    for name, s in sorted(others.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {name:40s} {s:6.2f} s  {100 * s / total:5.1f} %")
+    # The profiler slows every operator; its shares are applied to the step's unprofiled time.
+    matmul_share = seconds.get("matrix products", 0.0) / total
+    rest_s = unprofiled_s * (1 - matmul_share)
+    at_peak_s = matmul_flops / (peak_gflops * 1e9)
+    print(
+        f"the step's matrix products: {matmul_flops / 1e12:.2f} TFLOP; bf16 peak measured now {peak_gflops:.0f} GFLOP/s\n"
+        f"unprofiled step {unprofiled_s:.2f} s: {matmul_flops / unprofiled_s / 1e9:.0f} GFLOP/s, "
+        f"{100 * matmul_flops / unprofiled_s / 1e9 / peak_gflops:.0f} % of the peak\n"
+        f"with the products at the peak and the rest as measured ({rest_s:.2f} s): {rest_s + at_peak_s:.2f} s, "
+        f"{100 * matmul_flops / (rest_s + at_peak_s) / 1e9 / peak_gflops:.0f} % of the peak"
+    )
 
 
 if __name__ == "__main__":
