@@ -184,6 +184,10 @@ def test_an_own_recipe_composes_names_its_commands_and_leaves_the_hardware(name)
     raw = OmegaConf.load(EXPERIMENTS / f"{name}.yaml")
     assert "hardware" not in raw and "backend" not in raw.get("rollout", {})
     assert name in (REPO / "docs" / "models.md").read_text()
+    sft_lines = [line for line in header(name) if re.search(r"agentrl sft \S+=", line)]  # the commands
+    template = raw.get("env", {}).get("prompt_template")
+    if template is not None:  # the warm start learns the prompts the recipe plays with
+        assert sft_lines and all(f"env.prompt_template={template}" in line for line in sft_lines), sft_lines
 
 
 @pytest.mark.parametrize("hardware", [None, "gpu"])
