@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -78,9 +79,56 @@ def test_the_default_warm_start_spreads_over_the_admissible_actions(cache_dir, h
     0.49-0.78 (four builds); batches grouped by length (0.67) or 1000 steps instead of 1500 (0.74) fall below it."""
     from hydra import compose
 
-    cfg = typed(compose(config_name="train", overrides=[f"model.tiny.cache_dir={cache_dir}"]))
+    overrides = [f"model.tiny.cache_dir={cache_dir}", "model.tiny.shipped=false"]  # built here, from the recipe
+    cfg = typed(compose(config_name="train", overrides=overrides))
     report = json.loads((ensure_tiny_model(cfg.model.tiny, cfg.env) / "warmup.json").read_text())
     assert report["demonstration_pairs"] > 40_000
     assert 0.78 <= report["admissible_entropy"] <= 1.0, report
     assert report["admissible_mass"] >= 0.70, report
     assert report["valid_action_rate"] >= 0.98, report
+
+
+def default_tiny(cache: Path):
+    from hydra import compose
+
+    cfg = typed(compose(config_name="train", overrides=[f"model.tiny.cache_dir={cache}"]))
+    return cfg.model.tiny, cfg.env
+
+
+def test_the_default_loads_the_shipped_build_and_builds_nothing(hydra_conf, tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentrl.models import tiny
+
+    def no_build(*_):
+        raise AssertionError("built, where the shipped build should have been loaded")
+
+    monkeypatch.setattr(tiny, "build_tiny_model", no_build)
+    tiny_cfg, env = default_tiny(tmp_path)
+    found = tiny.shipped_build(tiny_cfg, env)
+    assert found == tiny.SHIPPED / "household", (
+        "the default config no longer matches the shipped build (its settings or the household text changed): "
+        "make a new one with scripts/ship_tiny_build.py and measure it (docs/architecture.md)"
+    )
+    assert ensure_tiny_model(tiny_cfg, env) == found
+    model = AutoModelForCausalLM.from_pretrained(found)
+    assert AutoTokenizer.from_pretrained(found).vocab_size > 0 and model.num_parameters() > 0
+    assert not list(tmp_path.iterdir())  # nothing built or cached
+    report = json.loads((found / "warmup.json").read_text())  # the build check's band, as for a fresh build
+    assert 0.78 <= report["admissible_entropy"] <= 1.0 and report["admissible_mass"] >= 0.70, report
+
+
+def test_another_setting_other_text_or_shipped_false_do_not_load_the_shipped_build(
+    hydra_conf, tmp_path, monkeypatch, caplog
+):
+    from agentrl.models import tiny
+
+    tiny_cfg, env = default_tiny(tmp_path)
+    assert tiny.shipped_build(replace(tiny_cfg, shipped=False), env) is None
+    assert tiny.shipped_build(replace(tiny_cfg, warmup_steps=1499), env) is None
+    assert tiny.shipped_build(tiny_cfg, replace(env, level="easy")) is None
+    assert tiny.cache_key(replace(tiny_cfg, shipped=False), env) == tiny.cache_key(tiny_cfg, env)  # where, not what
+    monkeypatch.setattr(tiny, "text_fingerprint", lambda *_: "the household text as a later version writes it")
+    with caplog.at_level("WARNING"):
+        assert tiny.shipped_build(tiny_cfg, env) is None
+    assert "other demonstration text" in caplog.text

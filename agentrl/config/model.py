@@ -16,7 +16,7 @@ TINY_MAX = 65536  # the tiny model is built on this machine's CPU: no dimension 
 
 @dataclass
 class TinyModelConfig:
-    """How the embedded tiny model is built; its cache key is every field here plus the env. The dimensions
+    """How the embedded tiny model is built; its cache key is every field here but cache_dir and shipped, plus the env. The dimensions
     must fit together (config/checks.py: heads divide the hidden size into an even head dimension, and so on)."""
 
     hidden_size: int = checked(64, Interval(ge=2, le=TINY_MAX))
@@ -36,6 +36,9 @@ class TinyModelConfig:
     warmup_lr: float = checked(3e-3, Gt(0))
     cache_dir: str | None = checked(None, MinLen(1))  # default: $AGENTRL_CACHE or ~/.cache/agentrl
     seed: int = checked(0, SEED)
+    # load agentrl's shipped build where one was made from exactly these settings and this environment's text
+    # (household's default: agentrl/models/shipped/); false: build on this machine (a build differs between CPUs)
+    shipped: bool = True
 
 
 @dataclass

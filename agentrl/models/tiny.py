@@ -19,6 +19,13 @@ an environment's code, builds a new model instead of reusing a stale one. (An
 earlier key of config values alone reused a model warmed up on an older version
 of the household text.) The folder is written under a temporary name and renamed
 when complete.
+
+A build differs from one CPU to the next (floating-point order), and RL's outcome
+with it (docs/architecture.md, "How much the build decides"). So agentrl ships one
+build of household's default (agentrl/models/shipped/household, made by
+scripts/ship_tiny_build.py): where the settings and the environment's
+demonstration text are the ones it was built from, it is loaded as it is, and
+nothing is built. `model.tiny.shipped=false` builds on this machine instead.
 """
 
 from __future__ import annotations
@@ -46,6 +53,11 @@ PROMPT_BUDGET = 10_000
 DEMO_TURNS = 4000
 # Turns the build's check plays (fewer where the demonstrations are fewer: a tenth of them).
 CHECK_TURNS = 400
+# The builds that ship with agentrl, one folder per environment, each with the record of what it was built from.
+SHIPPED = Path(__file__).resolve().parent / "shipped"
+SHIPPED_RECORD = "shipped.json"
+# Turns of demonstrations whose text fingerprints a build's environment: enough to cover every kind of prompt.
+FINGERPRINT_TURNS = 200
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
 CHAT_TEMPLATE = (
@@ -85,19 +97,73 @@ def _source_fingerprint(env_name: str) -> str:
 RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_share")
 
 
-def cache_key(tiny_cfg: Any, env_cfg: Any) -> str:
-    env = {k: v for k, v in as_container(env_cfg).items() if k not in RUNTIME_ENV_KEYS}
+# Where a model is kept, not what it is.
+LOCATION_TINY_KEYS = ("cache_dir", "shipped")
+
+
+def build_spec(tiny_cfg: Any, env_cfg: Any) -> dict:
+    """The settings a build is made from: the recipe's version, the tiny model's and the environment's settings."""
     spec = {
         "version": BUILD_VERSION,
-        "tiny": {k: v for k, v in as_container(tiny_cfg).items() if k != "cache_dir"},
-        "env": env,
-        "source": _source_fingerprint(env_cfg.name),
+        "tiny": {k: v for k, v in as_container(tiny_cfg).items() if k not in LOCATION_TINY_KEYS},
+        "env": {k: v for k, v in as_container(env_cfg).items() if k not in RUNTIME_ENV_KEYS},
     }
+    return json.loads(json.dumps(spec, sort_keys=True, default=str))  # as a record on disk reads back
+
+
+def cache_key(tiny_cfg: Any, env_cfg: Any) -> str:
+    spec = {**build_spec(tiny_cfg, env_cfg), "source": _source_fingerprint(env_cfg.name)}
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
+def text_fingerprint(tiny_cfg: Any, env_cfg: Any) -> str:
+    """A hash of the first FINGERPRINT_TURNS demonstration turns (prompt and reply) as the build would play them:
+    it changes where the environment's or the rollout's text changes, and not where their code only moves."""
+    from agentrl.envs.registry import make_suite
+    from agentrl.rollout.policies import RandomPolicy
+
+    suite = make_suite(env_cfg, faults=False)
+    demos = _play(
+        suite,
+        env_cfg,
+        RandomPolicy(tiny_cfg.seed),
+        "train",
+        1_000_000 + tiny_cfg.seed * 10_000,
+        FINGERPRINT_TURNS,
+        "tiny model: reading the environment's text",
+    )
+    digest = hashlib.sha256()
+    for prompt, completion in zip(demos.prompt, demos.completion):
+        digest.update(json.dumps([prompt, completion]).encode())
+    return digest.hexdigest()
+
+
+def shipped_build(tiny_cfg: Any, env_cfg: Any) -> Path | None:
+    """The shipped build for this config, or None: where none ships for the environment, where it was built from
+    other settings, or where the environment's text has changed since (then in one warning line)."""
+    folder = SHIPPED / env_cfg.name
+    if not tiny_cfg.shipped or not (folder / SHIPPED_RECORD).is_file():
+        return None
+    record = json.loads((folder / SHIPPED_RECORD).read_text())
+    if record["spec"] != build_spec(tiny_cfg, env_cfg):
+        return None
+    if record["text_fingerprint"] != text_fingerprint(tiny_cfg, env_cfg):
+        log.warning(
+            "the shipped tiny model for %s was built from other demonstration text than this version's: building "
+            "one here instead (scripts/ship_tiny_build.py makes a new one to ship)",
+            env_cfg.name,
+        )
+        return None
+    return folder
+
+
 def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
-    """The folder of the tiny model for this config, built if it is not cached yet."""
+    """The folder of the tiny model for this config: the shipped build where it matches, else the cached build,
+    built if it is not cached yet."""
+    shipped = shipped_build(tiny_cfg, env_cfg)
+    if shipped is not None:
+        log.info("tiny model: agentrl's shipped build (%s; model.tiny.shipped=false builds one here)", shipped)
+        return shipped
     target = cache_root(tiny_cfg.cache_dir) / "tiny" / f"{env_cfg.name}-{cache_key(tiny_cfg, env_cfg)}"
     if (target / "warmup.json").is_file():
         return target
