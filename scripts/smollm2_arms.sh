@@ -9,9 +9,11 @@
 #     ARMS="A:60:60:2e-5 B:0:120:2e-5 C:60:20:2e-5 D:60:60:5e-5" bash scripts/smollm2_arms.sh
 # ARMS: NAME:EXPERT_EPISODES:RANDOM_EPISODES:RL_LEARNING_RATE; a numeric NAME is also the arm's seed.
 # EXPERIMENT (default smollm2_household) picks the RL recipe; SFTEXTRA adds overrides to `agentrl sft` (EXTRA's go to
-# `agentrl train`). The CPU recipe, one seed, bf16, within two hours:
-#   OUT=/tmp/cpu HW=cpu SFTMODEL=model=smollm2-135m-instruct EXPERIMENT=smollm2_household_cpu DEADLINE=7200 \
-#     SFTEXTRA=hardware.precision=bf16 EXTRA=hardware.precision=bf16 ARMS="0:60:60:5e-5" bash scripts/smollm2_arms.sh
+# `agentrl train`). The CPU recipe, one seed, bf16, on the recipe's compact template (the sft must clone the template
+# RL plays), within an hour:
+#   OUT=/tmp/cpu HW=cpu SFTMODEL=model=smollm2-135m-instruct EXPERIMENT=smollm2_household_cpu DEADLINE=3600 \
+#     SFTEXTRA="hardware.precision=bf16 env.prompt_template=compact" \
+#     EXTRA="hardware.precision=bf16 rollout.generate_in_bf16=true" ARMS="0:60:60:5e-5" bash scripts/smollm2_arms.sh
 # On this CPU, a quick check of the script itself with the tiny model:
 #   OUT=/tmp/arms HW=cpu SFTMODEL=+debug=fast EXTRA="trainer.iterations=2 eval.num_tasks=4 trainer.tasks_per_iteration=2
 #     trainer.group_size=2" DEADLINE=300 ARMS="0:4:4:2e-5" bash scripts/smollm2_arms.sh
