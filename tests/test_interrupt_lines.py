@@ -86,15 +86,21 @@ def test_ctrl_c_during_sft_says_it_stopped_and_writes_no_model(cache_dir, tmp_pa
 
 
 def test_the_first_ctrl_c_during_the_tiny_models_build_stops_at_once(tmp_path):
-    """A fresh cache: `agentrl train` starts by building the default tiny model (minutes). The first Ctrl-C ends
-    the job within seconds with the "start again" line, leaves no half-built model in the cache, and the run
-    folder says it stopped."""
+    """A fresh cache: `agentrl train model.tiny.shipped=false` starts by building the default tiny model (minutes;
+    without the key it loads the shipped build). The first Ctrl-C ends the job within seconds with the "start
+    again" line, leaves no half-built model in the cache, and the run folder says it stopped."""
     from agentrl.run_folder import run_status
 
     cache, run = tmp_path / "fresh-cache", tmp_path / "run"
     started = time.time()
     code, lines = interrupted(
-        cache, tmp_path, "train", "logger=none", f"hydra.run.dir={run}", started="tiny model: warm-up: step"
+        cache,
+        tmp_path,
+        "train",
+        "logger=none",
+        "model.tiny.shipped=false",
+        f"hydra.run.dir={run}",
+        started="tiny model: warm-up: step",
     )
     assert code == 130, lines[-10:]
     assert lines[-1].startswith("stopped on SIGINT before the first iteration; start again: agentrl train"), lines[-5:]
