@@ -42,6 +42,7 @@ pytestmark = pytest.mark.slow
 RUN = [
     "train",
     "+debug=fast",
+    "model.tiny.seed=0",  # the build these were recorded on (the default's seed became the shipped build's, 1)
     "env.level=easy",
     "trainer.tasks_per_iteration=4",
     "trainer.group_size=4",
