@@ -120,18 +120,9 @@ def text_fingerprint(tiny_cfg: Any, env_cfg: Any) -> str:
     """A hash of the first FINGERPRINT_TURNS demonstration turns (prompt and reply) as the build would play them:
     it changes where the environment's or the rollout's text changes, and not where their code only moves."""
     from agentrl.envs.registry import make_suite
-    from agentrl.rollout.policies import RandomPolicy
 
     suite = make_suite(env_cfg, faults=False)
-    demos = _play(
-        suite,
-        env_cfg,
-        RandomPolicy(tiny_cfg.seed),
-        "train",
-        1_000_000 + tiny_cfg.seed * 10_000,
-        FINGERPRINT_TURNS,
-        "tiny model: reading the environment's text",
-    )
+    demos = _random_play(suite, env_cfg, tiny_cfg, FINGERPRINT_TURNS, "tiny model: reading the environment's text")
     digest = hashlib.sha256()
     for prompt, completion in zip(demos.prompt, demos.completion):
         digest.update(json.dumps([prompt, completion]).encode())
@@ -199,6 +190,14 @@ def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int,
     return play(suite, env_cfg, policy, tasks, doing)
 
 
+def _random_play(suite, env_cfg: Any, tiny_cfg: Any, turns: int, doing: str):
+    """The build's demonstrations: about `turns` turns of the random admissible policy on training tasks, both
+    drawn with the build's seed (the build plays them, and the shipped build's fingerprint reads their start)."""
+    from agentrl.rollout.policies import RandomPolicy
+
+    return _play(suite, env_cfg, RandomPolicy(tiny_cfg.seed), "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing)
+
+
 def build_tokenizer(texts: list[str], vocab_size: int):
     """A byte-level BPE tokenizer trained on `texts`, split and normalised exactly as Qwen2's.
 
@@ -243,21 +242,12 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from agentrl.envs.registry import make_suite
-    from agentrl.rollout.policies import RandomPolicy
 
     torch.manual_seed(tiny_cfg.seed)
     started = time.time()
     suite = make_suite(env_cfg, faults=False)  # the demonstrations are clean games, whatever the run injects
     turns = demonstration_turns(tiny_cfg, env_cfg.name)
-    demos = _play(
-        suite,
-        env_cfg,
-        RandomPolicy(tiny_cfg.seed),
-        "train",
-        1_000_000 + tiny_cfg.seed * 10_000,
-        turns,
-        "tiny model: playing demonstrations",
-    )
+    demos = _random_play(suite, env_cfg, tiny_cfg, turns, "tiny model: playing demonstrations")
     pairs = list(zip(demos.prompt, demos.completion))  # (prompt, random admissible reply)
     tokenizer = build_tokenizer([p for p, _ in pairs] + [c for _, c in pairs], tiny_cfg.vocab_size)
     heads = tiny_cfg.num_heads
