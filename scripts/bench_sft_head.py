@@ -27,17 +27,14 @@ def main() -> None:
 
     import tempfile
 
-    from hydra import compose, initialize_config_dir
     from transformers import TrainerCallback
 
-    from agentrl.config.store import register_configs
+    from agentrl.config.store import compose_config
     from agentrl.envs.registry import make_suite
-    from agentrl.hydra_paths import config_dir
     from agentrl.models.fine_tune import Schedule, sft_trainer
     from agentrl.models.load import load_policy
     from agentrl.train.sft import expert_demonstrations, random_demonstrations
 
-    register_configs()
     overrides = [
         "model=smollm2-135m-instruct",
         "env.level=default",
@@ -46,8 +43,7 @@ def main() -> None:
         f"hardware.precision={args.precision}",
         *args.overrides,
     ]
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="sft", overrides=overrides)
+    cfg = compose_config("sft", overrides)
     suite = make_suite(cfg.env, faults=False)
     pairs = expert_demonstrations(suite, cfg)[0] + random_demonstrations(suite, cfg)
     schedule = Schedule(

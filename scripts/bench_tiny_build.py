@@ -49,15 +49,11 @@ def main() -> None:
     args = parser.parse_args()
 
     import transformers
-    from hydra import compose, initialize_config_dir
 
-    from agentrl.config.store import register_configs
-    from agentrl.hydra_paths import config_dir
+    from agentrl.config.store import compose_config
     from agentrl.models import fine_tune, tiny
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = compose(config_name="train", overrides=args.overrides)
+    cfg = compose_config("train", args.overrides)
 
     seconds: dict[str, list[float]] = {}
     for name in ("_play", "build_tokenizer", "warm_up", "valid_action_rate"):

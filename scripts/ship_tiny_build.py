@@ -50,16 +50,12 @@ def main() -> None:
     args = parser.parse_args()
 
     import torch
-    from hydra import compose, initialize_config_dir
 
-    from agentrl.config.store import register_configs
+    from agentrl.config.store import compose_config
     from agentrl.config.typed import typed
-    from agentrl.hydra_paths import config_dir
     from agentrl.models import tiny
 
-    register_configs()
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
-        cfg = typed(compose(config_name="train", overrides=[*args.overrides, "model.tiny.shipped=false"]))
+    cfg = typed(compose_config("train", [*args.overrides, "model.tiny.shipped=false"]))
     source = tiny.ensure_tiny_model(cfg.model.tiny, cfg.env)  # the cached build, or one made now
     target = tiny.SHIPPED / cfg.env.name
     shutil.rmtree(target, ignore_errors=True)

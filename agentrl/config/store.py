@@ -23,3 +23,15 @@ def register_configs() -> None:
     from agentrl.envs.registry import register_plugin_configs
 
     register_plugin_configs()  # installed plug-ins: their env/<name>.yaml on the search path, their schemas
+
+
+def compose_config(config_name: str, overrides: list[str]):
+    """`config_name` (train, sft, eval) composed from agentrl's own conf/ with the schemas registered, outside a
+    Hydra app: for the scripts that build or measure from a config as the CLI would compose it."""
+    from hydra import compose, initialize_config_dir
+
+    from agentrl.hydra_paths import config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+        return compose(config_name=config_name, overrides=overrides)
