@@ -103,6 +103,15 @@ class Strategy(StrEnum):
     fsdp = "fsdp"
 
 
+class LrSchedule(StrEnum):
+    """The learning rate over a run's iterations (transformers' schedules; the update's steps within one iteration
+    share its rate): constant, or falling from `trainer.learning_rate` to 0 at the last iteration."""
+
+    constant = "constant"
+    linear = "linear"
+    cosine = "cosine"
+
+
 class Precision(StrEnum):
     fp32 = "fp32"
     bf16 = "bf16"

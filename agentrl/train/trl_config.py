@@ -30,7 +30,7 @@ def grpo_config(cfg: Any, output_dir: Path) -> GRPOConfig:
         learning_rate=t.learning_rate,
         weight_decay=t.weight_decay,
         max_grad_norm=t.max_grad_norm,
-        lr_scheduler_type="constant",
+        lr_scheduler_type=str(t.lr_schedule),  # stepped once per iteration (max_steps)
         warmup_steps=0,
         beta=algo.kl_coef,  # TRL builds the frozen reference model when beta != 0
         use_bias_correction_kl=False,  # unused by agentrl's loss; verl's KL term has no ratio weighting

@@ -72,3 +72,15 @@ def test_lora_trains_in_mini_batches(cache_dir, tmp_path):
     records = _train(cache_dir, tmp_path, "model.lora.enabled=true", "model.lora.rank=4", "trainer.mini_batch_size=4")
     assert all(r["train/optimizer_steps"] > 1 for r in records)
     assert any(r["train/ppo_kl"] != 0 for r in records)
+
+
+def test_the_learning_rate_follows_its_schedule(cache_dir, tmp_path):
+    """One scheduler step per iteration: constant keeps trainer.learning_rate, cosine falls towards 0 at the last."""
+    constant = _train(cache_dir, tmp_path, "trainer.learning_rate=1e-3")
+    assert [r["train/learning_rate"] for r in constant] == pytest.approx([1e-3] * 3)
+    cosine = _train(
+        cache_dir, tmp_path, "trainer.learning_rate=1e-3", "trainer.lr_schedule=cosine", "trainer.overwrite=true"
+    )
+    rates = [r["train/learning_rate"] for r in cosine]
+    # the rate each iteration's update ran at: transformers' cosine at steps 0, 1, 2 of 3, lr * (1 + cos(pi * k / 3)) / 2
+    assert rates == pytest.approx([1e-3, 7.5e-4, 2.5e-4], rel=1e-9)
