@@ -11,7 +11,7 @@ import pytest
 from agentrl.config.envs import HouseholdEnvConfig
 from agentrl.config.model import TinyModelConfig
 from agentrl.config.typed import typed
-from agentrl.models.tiny import ensure_tiny_model
+from agentrl.models.tiny import ensure_tiny_model, weak_start
 
 
 def test_built_once_reused_and_keyed_by_its_settings(tmp_path):
@@ -83,9 +83,20 @@ def test_the_default_warm_start_spreads_over_the_admissible_actions(cache_dir, h
     cfg = typed(compose(config_name="train", overrides=overrides))
     report = json.loads((ensure_tiny_model(cfg.model.tiny, cfg.env) / "warmup.json").read_text())
     assert report["demonstration_pairs"] > 40_000
-    assert 0.78 <= report["admissible_entropy"] <= 1.0, report
-    assert report["admissible_mass"] >= 0.70, report
-    assert report["valid_action_rate"] >= 0.98, report
+    assert weak_start(report) is None, report  # the band EXPLORING_START: entropy 0.78 or more, mass 0.70
+    assert report["admissible_entropy"] <= 1.0 and report["valid_action_rate"] >= 0.98, report
+
+
+def test_a_build_below_the_exploring_band_is_named_in_one_line():
+    """The check of model.tiny.seed=2's build on an AMD EPYC (RL from it: held-out 0.00 after 50 iterations) against
+    the shipped build's (inside the band)."""
+    collapsed = {"admissible_entropy": 0.7325, "admissible_mass": 0.3355}
+    said = weak_start(collapsed)
+    assert said is not None and "\n" not in said
+    assert "admissible_entropy 0.73 < 0.78" in said and "admissible_mass 0.34 < 0.7" in said
+    assert "model.tiny.seed" in said
+    assert weak_start({"admissible_entropy": 0.842, "admissible_mass": 0.888}) is None
+    assert "admissible_entropy" not in weak_start({"admissible_entropy": 0.80, "admissible_mass": 0.69})
 
 
 def default_tiny(cache: Path):
@@ -115,7 +126,7 @@ def test_the_default_loads_the_shipped_build_and_builds_nothing(hydra_conf, tmp_
     assert AutoTokenizer.from_pretrained(found).vocab_size > 0 and model.num_parameters() > 0
     assert not list(tmp_path.iterdir())  # nothing built or cached
     report = json.loads((found / "warmup.json").read_text())  # the build check's band, as for a fresh build
-    assert 0.78 <= report["admissible_entropy"] <= 1.0 and report["admissible_mass"] >= 0.70, report
+    assert weak_start(report) is None, report
 
 
 def test_another_setting_other_text_or_shipped_false_do_not_load_the_shipped_build(
