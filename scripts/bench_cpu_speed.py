@@ -3,16 +3,20 @@
     python scripts/bench_cpu_speed.py                         # SmolLM2's recipe, fp32 against bf16, 4 iterations each
     python scripts/bench_cpu_speed.py --arms fp32 --iterations 2
     python scripts/bench_cpu_speed.py --ceiling-only          # the matmul peaks and the memory bandwidth alone
+    python scripts/bench_cpu_speed.py --arms fp32_alfworld recipe --model-path <agentrl sft's model>  # side by side
 
 1. The ceiling. torch's matmul throughput in fp32 and in bf16 on the threads torch uses, at the shapes of
    the model's layers for a micro-batch of tokens (hidden x hidden, hidden x intermediate and back, hidden x
    vocabulary), each the median over a second of repeats; the peak of each dtype is the best of those shapes. And the memory bandwidth (a large copy),
    which bounds generation's decode steps: each step reads every weight once.
 2. Each arm (`--arms`: fp32 is today's path, bf16 is `hardware.precision=bf16`, bf16_gen adds
-   `rollout.generate_in_bf16=true`, the _lora arms add `model.lora.enabled=true`) trains `--iterations`
+   `rollout.generate_in_bf16=true`, the _lora arms add `model.lora.enabled=true`; fp32_alfworld is the path the
+   CPU-speed issue first measured, on the `alfworld` template, and recipe is the recipe's own train command, which
+   leaves the rows without an advantage out) trains `--iterations`
    iterations of `agentrl train +experiment=smollm2_household_cpu` (the converted SmolLM2-135M-Instruct, or
-   `--model-path`, with evaluation and checkpoints off, and every row computed: the zero-shot model's rows rarely
-   have an advantage, and `trainer.skip_rows_without_advantage` would leave them out) in a process of its own, one
+   `--model-path`, with evaluation and checkpoints off, and, but for the recipe arm, every row computed: the
+   zero-shot model's rows rarely have an advantage, and `trainer.skip_rows_without_advantage` would leave them
+   out) in a process of its own, one
    arm after the other, and times each phase by wrapping methods in that process (no file is changed): `generate`, the old and the
    reference log-prob passes, the update's forward and backward, the optimizer step. It also counts the
    tokens each pass computes (rows x padded width), so that each phase's FLOPs are known.
@@ -41,13 +45,28 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+# the zero-shot model's episodes nearly all end alike (no advantage), and the update would leave their rows out: these
+# arms compute every row, as in training where the groups differ
+EVERY_ROW = "trainer.skip_rows_without_advantage=false"
 ARMS = {
-    "fp32": ["hardware.precision=fp32"],
-    "bf16": ["hardware.precision=bf16"],
-    "bf16_gen": ["hardware.precision=bf16", "rollout.generate_in_bf16=true"],  # generation on bf16 weights
-    "bf16_lora": ["hardware.precision=bf16", "model.lora.enabled=true"],  # rank 16 on every linear layer
-    "fp32_lora": ["hardware.precision=fp32", "model.lora.enabled=true"],
+    "fp32": ["hardware.precision=fp32", EVERY_ROW],
+    "bf16": ["hardware.precision=bf16", EVERY_ROW],
+    "bf16_gen": ["hardware.precision=bf16", "rollout.generate_in_bf16=true", EVERY_ROW],  # generation on bf16 weights
+    "bf16_lora": ["hardware.precision=bf16", "model.lora.enabled=true", EVERY_ROW],  # rank 16 on every linear layer
+    "fp32_lora": ["hardware.precision=fp32", "model.lora.enabled=true", EVERY_ROW],
+    # the path the CPU-speed issue measured (337-344 s an iteration): fp32, the alfworld template, every row
+    "fp32_alfworld": ["hardware.precision=fp32", "env.prompt_template=alfworld", EVERY_ROW],
+    # the recipe as its header's train command runs it: bf16, generation on bf16 weights, and the rows without an
+    # advantage left out (exact with the recipe's kl_coef 0); give it a warm start (--model-path), whose groups differ
+    "recipe": ["hardware.precision=bf16", "rollout.generate_in_bf16=true"],
 }
+
+
+def arm_dtype(arm: str) -> str:
+    """The dtype whose matmul peak the arm's shares are taken of."""
+    return "bf16" if "hardware.precision=bf16" in ARMS[arm] else "fp32"
+
+
 PHASES = ("generate", "old_logps", "ref_logps", "forward_backward", "optimizer")
 GB = 1e9
 
@@ -218,6 +237,8 @@ def instrument(stats: dict) -> None:
                 "rollout_s": self.iteration_metrics.get("time/rollout_s"),
                 "update_s": self.iteration_metrics.get("time/update_s"),
                 "rows": self.iteration_metrics.get("rollout/rows"),
+                # the share of the rows the update computed (logged where rows without an advantage are left out)
+                "rows_computed": self.iteration_metrics.get("train/rows_computed", 1.0),
             }
         )
         return out
@@ -242,9 +263,6 @@ def run_arm(args) -> None:
             f"trainer.iterations={args.iterations}",
             "trainer.eval_every=0",
             f"trainer.save_every={args.iterations + 1}",
-            # the zero-shot model's episodes nearly all end alike (no advantage), and the update would leave their
-            # rows out: every row is computed, as in training where the groups differ
-            "trainer.skip_rows_without_advantage=false",
             "logger=none",
             "logger.progress=false",
             f"hydra.run.dir='{run_dir}'",
@@ -309,7 +327,7 @@ def phase_figures(it: dict, shape: dict, peak: float, bandwidth: float, weight_b
 def summarize(stats: dict, ceil: dict) -> dict:
     """The median over the iterations after the first (all of them if there is one) of each figure."""
     shape, arm = stats["shape"], stats["arm"]
-    dtype, lora = arm.split("_")[0], arm.endswith("_lora")
+    dtype, lora = arm_dtype(arm), arm.endswith("_lora")
     peak, bandwidth = ceil[f"{dtype}_peak_gflops"], ceil["bandwidth_gbs"]
     # generation reads the weights in the dtype they are kept in: fp32 on a CPU, whatever the arm
     weight_bytes = 4 * (shape["linear_params"])
@@ -335,6 +353,7 @@ def summarize(stats: dict, ceil: dict) -> dict:
         "iterations_measured": len(iterations),
         "iteration_s_each": [round(it["rollout_s"] + it["update_s"], 1) for it in stats["iterations"]],
         "rows": statistics.median(it["rows"] or 0 for it in iterations),
+        "rows_computed": statistics.median(it.get("rows_computed", 1.0) for it in iterations),
         **totals,
         "phases": phases,
         "peak_gflops": peak,
@@ -377,6 +396,9 @@ def print_report(ceil: dict, results: list[dict]) -> None:
     table.add_row("rollout (all)", *sum(([f"{r['rollout_s']:.1f}", "", ""] for r in results), []))
     table.add_row("update (all)", *sum(([f"{r['update_s']:.1f}", "", ""] for r in results), []))
     table.add_row("iteration", *sum(([f"{r['iteration_s']:.1f}", "", ""] for r in results), []))
+    table.add_row(
+        "rows, share computed", *sum(([f"{r['rows']:.0f}, {r['rows_computed']:.2f}", "", ""] for r in results), [])
+    )
     table.add_row("padding in the passes", *sum(([f"{100 * r['padding_share']:.0f} %", "", ""] for r in results), []))
     console.print(table)
     if len(results) > 1:
