@@ -352,6 +352,8 @@ def summarize(stats: dict, ceil: dict) -> dict:
         "arm": arm,
         "iterations_measured": len(iterations),
         "iteration_s_each": [round(it["rollout_s"] + it["update_s"], 1) for it in stats["iterations"]],
+        # where rows without an advantage are left out, how much each iteration trained
+        "rows_computed_each": [round(it.get("rows_computed", 1.0), 3) for it in stats["iterations"]],
         "rows": statistics.median(it["rows"] or 0 for it in iterations),
         "rows_computed": statistics.median(it.get("rows_computed", 1.0) for it in iterations),
         **totals,
@@ -406,7 +408,8 @@ def print_report(ceil: dict, results: list[dict]) -> None:
         for r in results[1:]:
             console.print(f"{r['arm']}: {base / r['iteration_s']:.2f}x the speed of {results[0]['arm']}")
     for r in results:
-        console.print(f"{r['arm']}: each iteration {r['iteration_s_each']} s; ran: {r['command']}", soft_wrap=True)
+        each = f"each iteration {r['iteration_s_each']} s, rows computed {r['rows_computed_each']}"
+        console.print(f"{r['arm']}: {each}; ran: {r['command']}", soft_wrap=True)
 
 
 def main() -> None:
