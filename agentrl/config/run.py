@@ -95,7 +95,7 @@ class TrainerConfig:
     # train on a fixed pool of this many tasks (ARPO needs tasks to recur); None: the whole split
     task_pool: int | None = checked(None, Ge(1))
     learning_rate: float = checked(1e-6, Gt(0))
-    # constant (verl's default), or falling linearly or on a cosine to 0 at the last iteration (one step a iteration)
+    # constant (verl's default), or falling linearly or on a cosine to 0 at the last iteration (one step an iteration)
     lr_schedule: LrSchedule = LrSchedule.constant
     weight_decay: float = checked(0.0, Ge(0))
     max_grad_norm: float = checked(1.0, Ge(0))  # 0: no clipping
