@@ -237,8 +237,11 @@ def instrument(stats: dict) -> None:
                 "rollout_s": self.iteration_metrics.get("time/rollout_s"),
                 "update_s": self.iteration_metrics.get("time/update_s"),
                 "rows": self.iteration_metrics.get("rollout/rows"),
-                # the share of the rows the update computed (logged where rows without an advantage are left out)
-                "rows_computed": self.iteration_metrics.get("train/rows_computed", 1.0),
+                # the share of the rows the update computed: the trainer logs it where rows without an advantage are
+                # left out and the iteration updates; where they are left out and it does not, none was computed
+                "rows_computed": self.iteration_metrics.get(
+                    "train/rows_computed", 0.0 if self.skips_rows_without_advantage() else 1.0
+                ),
             }
         )
         return out
