@@ -9,10 +9,11 @@
    the model's layers for a micro-batch of tokens (hidden x hidden, hidden x intermediate and back, hidden x
    vocabulary), each the median over a second of repeats; the peak of each dtype is the best of those shapes. And the memory bandwidth (a large copy),
    which bounds generation's decode steps: each step reads every weight once.
-2. Each arm (`--arms`: fp32 is today's path, bf16 is `hardware.precision=bf16`, bf16_gen adds
-   `rollout.generate_in_bf16=true`, the _lora arms add `model.lora.enabled=true`; fp32_alfworld is the path the
-   CPU-speed issue first measured, on the `alfworld` template, and recipe is the recipe's own train command, which
-   leaves the rows without an advantage out) trains `--iterations`
+2. Each arm (`--arms`: fp32 is the path before the fast keys, on transformers' SDPA attention, bf16 is
+   `hardware.precision=bf16`, bf16_gen adds `rollout.generate_in_bf16=true`, the _lora arms add
+   `model.lora.enabled=true`; fp32_alfworld is the path the CPU-speed issue first measured, on the `alfworld`
+   template and SDPA, recipe is the recipe's own train command (eager attention), which leaves the rows without an
+   advantage out, and recipe_sdpa is that command on SDPA) trains `--iterations`
    iterations of `agentrl train +experiment=smollm2_household_cpu` (the converted SmolLM2-135M-Instruct, or
    `--model-path`, with evaluation and checkpoints off, and, but for the recipe arm, every row computed: the
    zero-shot model's rows rarely have an advantage, and `trainer.skip_rows_without_advantage` would leave them
@@ -48,17 +49,20 @@ sys.path.insert(0, str(REPO))
 # the zero-shot model's episodes nearly all end alike (no advantage), and the update would leave their rows out: these
 # arms compute every row, as in training where the groups differ
 EVERY_ROW = "trainer.skip_rows_without_advantage=false"
+# transformers' default attention kernel, which the CPU-speed issue's paths ran on (the recipe now sets eager)
+SDPA = "model.attn_implementation=sdpa"
 ARMS = {
-    "fp32": ["hardware.precision=fp32", EVERY_ROW],
+    "fp32": ["hardware.precision=fp32", SDPA, EVERY_ROW],
     "bf16": ["hardware.precision=bf16", EVERY_ROW],
     "bf16_gen": ["hardware.precision=bf16", "rollout.generate_in_bf16=true", EVERY_ROW],  # generation on bf16 weights
     "bf16_lora": ["hardware.precision=bf16", "model.lora.enabled=true", EVERY_ROW],  # rank 16 on every linear layer
     "fp32_lora": ["hardware.precision=fp32", "model.lora.enabled=true", EVERY_ROW],
     # the path the CPU-speed issue measured (337-344 s an iteration): fp32, the alfworld template, every row
-    "fp32_alfworld": ["hardware.precision=fp32", "env.prompt_template=alfworld", EVERY_ROW],
+    "fp32_alfworld": ["hardware.precision=fp32", "env.prompt_template=alfworld", SDPA, EVERY_ROW],
     # the recipe as its header's train command runs it: bf16, generation on bf16 weights, and the rows without an
     # advantage left out (exact with the recipe's kl_coef 0); give it a warm start (--model-path), whose groups differ
     "recipe": ["hardware.precision=bf16", "rollout.generate_in_bf16=true"],
+    "recipe_sdpa": ["hardware.precision=bf16", "rollout.generate_in_bf16=true", SDPA],  # the eager kernel's gain
 }
 
 

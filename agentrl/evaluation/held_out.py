@@ -200,9 +200,15 @@ def _checkpoint_policy(
 
         dtype = engine_dtype(cfg.hardware.precision)
         return make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=seed, dtype=dtype)
+    from omegaconf import OmegaConf
+
     from agentrl.rollout.policies import HFPolicy
 
-    model, tokenizer = lora.load_checkpoint(checkpoint, cfg.hardware.precision, cfg.hardware.device, trained)
+    # the attention kernel the run trained with (a config from before the key has none: transformers' default)
+    attention = OmegaConf.select(trained, "model.attn_implementation") if trained is not None else None
+    model, tokenizer = lora.load_checkpoint(
+        checkpoint, cfg.hardware.precision, cfg.hardware.device, trained, attention=attention
+    )
     return HFPolicy(model, tokenizer, sampling)
 
 

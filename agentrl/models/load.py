@@ -89,11 +89,13 @@ def _tokenizer_class(folder: Path) -> str | None:
         return None  # a hub id, or a broken file that the loader will report
 
 
-def load_model(source: str, precision: str = "fp32", device: str = "cpu"):
-    """Load a causal LM for training or generation."""
+def load_model(source: str, precision: str = "fp32", device: str = "cpu", attention: str | None = None):
+    """Load a causal LM for training or generation; `attention` is transformers' attention kernel (None: its
+    default)."""
     from transformers import AutoModelForCausalLM
 
-    model = _from_hub(AutoModelForCausalLM.from_pretrained, source, dtype=torch_dtype(precision))
+    kernel = {"attn_implementation": attention} if attention else {}
+    model = _from_hub(AutoModelForCausalLM.from_pretrained, source, dtype=torch_dtype(precision), **kernel)
     return model.to(device)
 
 
@@ -119,7 +121,8 @@ def load_policy(model_cfg: Any, env_cfg: Any, hardware_cfg: Any):
     source = resolve_model_source(model_cfg, env_cfg)
     tokenizer = load_tokenizer(source)
     device = hardware_cfg.device
-    model = load_model(source, weights_precision(hardware_cfg.precision, device), device)
+    attention = getattr(model_cfg, "attn_implementation", None)  # a run recorded before the key has none
+    model = load_model(source, weights_precision(hardware_cfg.precision, device), device, attention)
     return model, tokenizer
 
 

@@ -138,14 +138,19 @@ def check_adapter_files(checkpoint: Path) -> None:
 
 
 def load_adapter_checkpoint(
-    checkpoint: Path | str, base_source: str, precision: str = "fp32", device: str = "cpu", merge: bool = True
+    checkpoint: Path | str,
+    base_source: str,
+    precision: str = "fp32",
+    device: str = "cpu",
+    merge: bool = True,
+    attention: str | None = None,
 ):
     """The base model with the checkpoint's adapter: merged into a plain model (`merge`), or a PeftModel."""
     from agentrl.models.load import load_model
 
     checkpoint = Path(checkpoint)
     check_adapter_files(checkpoint)
-    base = load_model(base_source, precision, device)
+    base = load_model(base_source, precision, device, attention)
     try:
         import warnings
 
@@ -186,17 +191,24 @@ def _check_adapter_applied(model, checkpoint: Path) -> None:
         )
 
 
-def load_checkpoint(checkpoint: Path | str, precision: str = "fp32", device: str = "cpu", trained: Any | None = None):
-    """(model, tokenizer) of a checkpoint folder: full weights, or a LoRA adapter merged into its base."""
+def load_checkpoint(
+    checkpoint: Path | str,
+    precision: str = "fp32",
+    device: str = "cpu",
+    trained: Any | None = None,
+    attention: str | None = None,
+):
+    """(model, tokenizer) of a checkpoint folder: full weights, or a LoRA adapter merged into its base; `attention`
+    is transformers' attention kernel (model.attn_implementation; None: its default)."""
     from agentrl.models.load import load_model, load_tokenizer
 
     checkpoint = Path(checkpoint)
     if not is_adapter_checkpoint(checkpoint):
-        return load_model(str(checkpoint), precision, device), load_tokenizer(str(checkpoint))
+        return load_model(str(checkpoint), precision, device, attention), load_tokenizer(str(checkpoint))
     check_adapter_files(checkpoint)
     base = base_model_source(checkpoint, trained)
     tokenizer = checkpoint_tokenizer(checkpoint, base)
-    return load_adapter_checkpoint(checkpoint, base, precision, device), tokenizer
+    return load_adapter_checkpoint(checkpoint, base, precision, device, attention=attention), tokenizer
 
 
 def merge_adapter(checkpoint: Path | str, out_dir: Path | str, precision: str = "auto") -> Path:
