@@ -68,6 +68,6 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)
     # transformers' attention kernel (its `attn_implementation`). None: transformers' choice (SDPA). eager: plain
     # matmuls and softmax, the same attention in another floating-point order; on a 2-core CPU it took SmolLM2's
-    # decode step from about 175 to 120 ms (16 episodes, bf16), where SDPA's CPU kernel pays per call
-    # (docs/models.md, "Attention on a CPU")
+    # CPU recipe from 96.1 to 69.5 s an iteration, where SDPA's CPU kernel pays per call (docs/models.md,
+    # "Attention on a CPU")
     attn_implementation: str | None = checked(None, ATTENTION_KERNELS)
