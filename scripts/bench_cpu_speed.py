@@ -51,18 +51,20 @@ sys.path.insert(0, str(REPO))
 EVERY_ROW = "trainer.skip_rows_without_advantage=false"
 # transformers' default attention kernel, which the CPU-speed issue's paths ran on (the recipe now sets eager)
 SDPA = "model.attn_implementation=sdpa"
+# generation on the weights rounded to bf16: its decode steps read 2 bytes a weight, not 4
+GENERATE_IN_BF16 = "rollout.generate_in_bf16=true"
 ARMS = {
     "fp32": ["hardware.precision=fp32", SDPA, EVERY_ROW],
     "bf16": ["hardware.precision=bf16", EVERY_ROW],
-    "bf16_gen": ["hardware.precision=bf16", "rollout.generate_in_bf16=true", EVERY_ROW],  # generation on bf16 weights
+    "bf16_gen": ["hardware.precision=bf16", GENERATE_IN_BF16, EVERY_ROW],  # generation on bf16 weights
     "bf16_lora": ["hardware.precision=bf16", "model.lora.enabled=true", EVERY_ROW],  # rank 16 on every linear layer
     "fp32_lora": ["hardware.precision=fp32", "model.lora.enabled=true", EVERY_ROW],
     # the path the CPU-speed issue measured (337-344 s an iteration): fp32, the alfworld template, every row
     "fp32_alfworld": ["hardware.precision=fp32", "env.prompt_template=alfworld", SDPA, EVERY_ROW],
     # the recipe as its header's train command runs it: bf16, generation on bf16 weights, and the rows without an
     # advantage left out (exact with the recipe's kl_coef 0); give it a warm start (--model-path), whose groups differ
-    "recipe": ["hardware.precision=bf16", "rollout.generate_in_bf16=true"],
-    "recipe_sdpa": ["hardware.precision=bf16", "rollout.generate_in_bf16=true", SDPA],  # the eager kernel's gain
+    "recipe": ["hardware.precision=bf16", GENERATE_IN_BF16],
+    "recipe_sdpa": ["hardware.precision=bf16", GENERATE_IN_BF16, SDPA],  # the eager kernel's gain
 }
 
 
@@ -336,8 +338,9 @@ def summarize(stats: dict, ceil: dict) -> dict:
     shape, arm = stats["shape"], stats["arm"]
     dtype, lora = arm_dtype(arm), arm.endswith("_lora")
     peak, bandwidth = ceil[f"{dtype}_peak_gflops"], ceil["bandwidth_gbs"]
-    # generation reads the weights in the dtype they are kept in: fp32 on a CPU, whatever the arm
-    weight_bytes = 4 * (shape["linear_params"])
+    # generation reads the weights in the dtype it runs them in: fp32 as the CPU keeps them, bf16 copies with
+    # rollout.generate_in_bf16
+    weight_bytes = (2 if GENERATE_IN_BF16 in ARMS[arm] else 4) * shape["linear_params"]
     iterations = stats["iterations"][1:] or stats["iterations"]
     figures = [phase_figures(it, shape, peak, bandwidth, weight_bytes, lora) for it in iterations]
 
@@ -354,6 +357,7 @@ def summarize(stats: dict, ceil: dict) -> dict:
     real = sum(it[f"{p}_real_tokens"] for it in iterations for p in passes)
     totals["padding_share"] = round(1 - real / computed, 3) if computed else 0.0
     totals["update_tokens"] = statistics.median(it["forward_backward_tokens"] for it in iterations)
+    totals["decode_steps"] = statistics.median(it["decode_steps"] for it in iterations)
     totals["iteration_s"] = round(statistics.median(it["rollout_s"] + it["update_s"] for it in iterations), 2)
     return {
         "arm": arm,
