@@ -31,6 +31,15 @@ def test_each_preset_composes_and_names_its_paper(name):
     assert "arXiv" in header
 
 
+def test_the_tiny_recipe_trains_with_gigpo_and_other_models_keep_the_schemas_grpo():
+    """conf/model/tiny.yaml chooses GiGPO (measured on the shipped build: docs/algorithms.md); a real model's config
+    sets no estimator, so it keeps the schema's GRPO; +algo=grpo, appended after the model, wins over the recipe."""
+    assert preflight("train", []).algo.estimator.value == "gigpo"
+    assert preflight("train", ["model=smollm2-135m-instruct"]).algo.estimator.value == "grpo"
+    assert preflight("train", ["+algo=grpo"]).algo.estimator.value == "grpo"
+    assert preflight("train", ["+algo=epo"]).algo.estimator.value == "grpo"
+
+
 def test_presets_switch_their_part_on():
     assert preflight("train", ["+algo=gigpo"]).algo.estimator.value == "gigpo"
     assert preflight("train", ["+algo=arpo"]).algo.replay.enabled is True

@@ -43,12 +43,13 @@ def test_metrics_are_written_per_iteration(trained_run):
         for key in ("train/loss", "train/grad_norm", "rollout/success", "rollout/rows", "time/iteration_s"):
             assert key in r, key
         assert r["rollout/rows"] >= 2 * 2  # B=2 groups of N=2 episodes, at least one turn each
-        # a GRPO run logs the step-credit diagnostics of the GiGPO it did not run, not GiGPO's own figures
+        # the default's GiGPO logs its own figures beside the step-credit diagnostics every estimator logs (that a
+        # GRPO run logs the diagnostics but no gigpo/ figures: tests/train/test_credit_logging.py)
         sizes = [r[f"credit/step_group_size_{b}_share"] for b in ("1", "2_4", "5_9", "10_plus")]
         assert sum(sizes) == pytest.approx(1.0)
         assert 0 <= r["credit/step_advantage_nonzero_share"] <= 1 - sizes[0]
         assert "credit/episode_step_advantage_correlation" in r  # null where undefined
-        assert not any(key.startswith("gigpo/") for key in r)
+        assert r["gigpo/step_group_singleton_share"] == r["credit/step_group_size_1_share"]
     assert "eval/success" in records[-1]
     evaluated = [r for r in records if "eval/success" in r]
     assert all(r["time/eval_s"] > 0 for r in evaluated), "every evaluation logs its wall time"
