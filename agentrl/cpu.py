@@ -1,7 +1,7 @@
 """What this CPU offers a run: the cores it may use, torch's thread count from them, native bf16.
 
-Pure reads of the machine (the scheduler's affinity, the cgroup's CPU quota, /proc/cpuinfo's flags) and one
-setter; no agentrl import.
+Pure reads of the machine (the scheduler's affinity, the cgroup's CPU quota, /proc/cpuinfo's flags, how busy the
+cores are) and one setter; no agentrl import.
 """
 
 from __future__ import annotations
@@ -67,3 +67,41 @@ def set_torch_threads(ranks_here: int = 1) -> str:
     torch.set_num_threads(threads)
     share = f", shared by {ranks_here} ranks" if ranks_here > 1 else ""
     return f"torch threads: {threads} ({cores} cores available{share})"
+
+
+def busy_cores(seconds: float = 0.2) -> float:
+    """How many of the cores this process may run on were busy over `seconds` (psutil's per-core use over the
+    affinity mask), measured while this process waits: the work of other processes."""
+    import psutil
+
+    per_core = psutil.cpu_percent(interval=seconds, percpu=True)
+    try:
+        allowed = [per_core[core] for core in os.sched_getaffinity(0) if core < len(per_core)]
+    except AttributeError:  # not Linux
+        allowed = per_core
+    return sum(allowed) / 100
+
+
+# Other work's busy cores plus this run's threads may exceed the cores by this much before the run says so: a
+# tolerance for the shell and the system's own short bursts over the sampled moment.
+CROWDED_MARGIN = 0.75
+
+
+def crowded_line(seconds: float = 0.2) -> str | None:
+    """One warning line where this run's torch threads and the work already running need more cores than there are,
+    else None. torch sizes its threads from the cores, not from what else runs: two 2-thread torch jobs on 2 cores
+    each ran several times slower than alone (README, "Hardware profiles"). Jobs of one thread each side by side on
+    as many cores (scripts/compare_algorithms.py) fit, and are not warned of. Where a cgroup quota caps the cores,
+    the per-core use read is the host's, not this process's share, so nothing is said."""
+    import torch
+
+    if _cgroup_quota() is not None:
+        return None
+    cores, threads = available_cores(), torch.get_num_threads()
+    busy = busy_cores(seconds)
+    if busy + threads - cores < CROWDED_MARGIN:
+        return None
+    return (
+        f"{busy:.1f} of the {cores} cores this run may use are busy with other work: its {threads} torch threads will "
+        f"share them and both will run slower; run one job at a time, or set OMP_NUM_THREADS for each"
+    )

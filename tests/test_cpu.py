@@ -113,3 +113,38 @@ def test_generating_in_bf16_is_refused_where_it_means_nothing():
         with pytest.raises(UserError, match=r"^rollout.generate_in_bf16") as err:
             preflight("train", overrides)
         assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "cores,threads,busy,warned",
+    [
+        (2, 2, 1.6, True),  # a 2-thread job beside another: the README's several-fold slowdown
+        (2, 2, 0.1, False),  # an idle machine: the shell's own bursts stay under the margin
+        (2, 1, 1.0, False),  # one-thread jobs side by side on as many cores (compare_algorithms) fit
+        (8, 8, 1.0, True),
+    ],
+)
+def test_a_crowded_machine_is_said_in_one_line(monkeypatch, cores, threads, busy, warned):
+    before = torch.get_num_threads()
+    monkeypatch.setattr(cpu, "_cgroup_quota", lambda: None)
+    monkeypatch.setattr(cpu, "available_cores", lambda: cores)
+    monkeypatch.setattr(cpu, "busy_cores", lambda seconds=0.2: busy)
+    torch.set_num_threads(threads)
+    try:
+        line = cpu.crowded_line()
+    finally:
+        torch.set_num_threads(before)
+    assert (line is not None) is warned
+    if warned:
+        assert f"{busy:.1f} of the {cores} cores" in line and "\n" not in line
+
+
+def test_under_a_cgroup_quota_nothing_is_said(monkeypatch):
+    monkeypatch.setattr(cpu, "_cgroup_quota", lambda: 2)
+    monkeypatch.setattr(cpu, "busy_cores", lambda seconds=0.2: 2.0)
+    assert cpu.crowded_line() is None
+
+
+def test_busy_cores_reads_the_allowed_cores():
+    busy = cpu.busy_cores(seconds=0.05)
+    assert 0.0 <= busy <= len(os.sched_getaffinity(0)) + 1e-6

@@ -23,7 +23,7 @@ from typing import Any
 
 from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
-from agentrl.cpu import set_torch_threads
+from agentrl.cpu import crowded_line, set_torch_threads
 from agentrl.errors import Stopped, first_line
 from agentrl.hydra_paths import check_writable
 from agentrl.memory.check import check_memory
@@ -144,6 +144,9 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
         threads = set_torch_threads(cfg.hardware.num_processes)  # every rank of hardware=cpu_ddp shares this machine
         if main_rank:
             log.info(threads)
+        # the ranks of one run start together and would see each other as other work
+        if cfg.hardware.num_processes == 1 and (crowded := crowded_line()) is not None:
+            log.warning(crowded)
     checkpoint = resume_checkpoint(cfg.trainer.resume, folder)
     if checkpoint is not None and main_rank:
         step = truncate_metrics(folder, checkpoint)
