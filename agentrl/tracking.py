@@ -38,6 +38,8 @@ PACKAGES = (
     "peft",
     "hydra-core",
     "omegaconf",
+    "gem-llm",
+    "reasoning-gym",
     "numpy",
     "tokenizers",
     "wandb",

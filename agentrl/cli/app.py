@@ -217,6 +217,10 @@ def envs() -> None:
     console.print(table)
     for line in plugin_problems():  # a broken plug-in: one line each, the others are listed above
         console.print(f"broken {line}", markup=False)
+    from agentrl.cli.env_tables import gem_ids_table
+
+    if (gem_table := gem_ids_table()) is not None:
+        console.print(gem_table)
     console.print(f"rollout.backend=hf: yes | rollout.backend=vllm: {_vllm_status()}", markup=False)
 
 

@@ -4,12 +4,14 @@ docs/environments.md) and the built-in environments' own (household, its team va
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from annotated_types import Ge, Gt, Interval, MinLen
 from omegaconf import MISSING
 
 from agentrl.config.values import EPISODE_STEPS, SEED, checked, valid
 from agentrl.envs.household import LEVELS as HOUSEHOLD_LEVELS
+from agentrl.rollout.parsing import REPLY_FORMATS
 from agentrl.rollout.prompts import TEMPLATES
 
 
@@ -66,3 +68,37 @@ class ScienceworldEnvConfig(EnvConfig):
     java_options: str = checked(
         "-Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1"
     )  # each slot's JVM (~210 MB resident)
+
+
+@dataclass
+class SeededEnvConfig(EnvConfig):
+    """Keys of the routes whose tasks are seeds (env=gym, env=gem; agentrl/envs/gym_text.py)."""
+
+    prompt_template: str = checked("generic", TEMPLATES)
+    kwargs: Any = field(default_factory=dict)  # passed to the factory (a mapping)
+    # kwargs for the eval_out_of_distribution split, on the held-out seeds; None: no such split
+    ood_kwargs: Any = None
+    train_seeds: int = checked(1_000_000, Ge(1))  # train: seeds seed_base .. seed_base + train_seeds - 1
+    eval_seeds: int = checked(10_000, Ge(1))  # held-out: the next eval_seeds seeds
+    seed_base: int = checked(0, Ge(0))
+    # where the env lists no actions: draws of its sample_random_action() shown as candidates
+    random_candidates: int = checked(8, Ge(1))
+
+
+@dataclass
+class GymEnvConfig(SeededEnvConfig):
+    """env=gym: a Gymnasium-style text environment from `factory` (docs/environments.md)."""
+
+    name: str = checked("gym", MinLen(1))
+    factory: str = field(default=MISSING, metadata=valid(MinLen(3)))  # MODULE:CALLABLE
+    reply_format: str = checked("action", REPLY_FORMATS)  # action: <action>X</action>; boxed: \\boxed{X}
+    # success where no info flag (is_success, success, won) says: a terminating step with at least this reward
+    success_reward: float | None = None
+
+
+@dataclass
+class GemEnvConfig(SeededEnvConfig):
+    """env=gem: one of GEM's environments (gem-llm; docs/environments.md, "GEM")."""
+
+    name: str = checked("gem", MinLen(1))
+    id: str = field(default=MISSING, metadata=valid(MinLen(3)))  # a GEM id: game:Sokoban-v0-easy

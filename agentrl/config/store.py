@@ -3,7 +3,14 @@ composition time."""
 
 from __future__ import annotations
 
-from agentrl.config.envs import AlfworldEnvConfig, HouseholdEnvConfig, HouseholdTeamEnvConfig, ScienceworldEnvConfig
+from agentrl.config.envs import (
+    AlfworldEnvConfig,
+    GemEnvConfig,
+    GymEnvConfig,
+    HouseholdEnvConfig,
+    HouseholdTeamEnvConfig,
+    ScienceworldEnvConfig,
+)
 from agentrl.config.run import EvalRunConfig, TrainConfig
 from agentrl.config.sft import SftRunConfig
 
@@ -20,6 +27,8 @@ def register_configs() -> None:
     cs.store(group="env", name="household_team_schema", node=HouseholdTeamEnvConfig)
     cs.store(group="env", name="alfworld_schema", node=AlfworldEnvConfig)
     cs.store(group="env", name="scienceworld_schema", node=ScienceworldEnvConfig)
+    cs.store(group="env", name="gym_schema", node=GymEnvConfig)
+    cs.store(group="env", name="gem_schema", node=GemEnvConfig)
     from agentrl.envs.registry import register_plugin_configs
 
     register_plugin_configs()  # installed plug-ins: their env/<name>.yaml on the search path, their schemas

@@ -7,6 +7,7 @@ Adapters never see tokens, and the collector never sees an engine's internals.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Hashable
 from dataclasses import dataclass, field
@@ -97,6 +98,13 @@ class TaskSuite(Protocol):
 EXPERT_PLAN = "expert_plan"
 
 
+def within_split(suite: TaskSuite, split: str, index: int) -> int:
+    """A task index folded into the split's size (unbounded splits take any index): callers that pick their own
+    indices (the tiny model's build and check, `agentrl sft`) never ask a split for a task it does not have."""
+    size = suite.split_size(split)
+    return index if size is None else index % size
+
+
 def has_expert(suite: TaskSuite) -> bool:
     """Whether the suite offers an expert (`expert_plan`, docs/environments.md)."""
     return callable(getattr(suite, EXPERT_PLAN, None))
@@ -114,6 +122,8 @@ def contract_problem(result: object, op: str) -> str | None:
                 return f"Step.{name} is {type(flag).__name__}, not bool"
         if isinstance(result.reward, bool) or not isinstance(result.reward, numbers.Real):  # numpy's floats too
             return f"Step.reward is {type(result.reward).__name__}, not a number"
+        if not math.isfinite(result.reward):
+            return f"Step.reward is {result.reward}, not a finite number"
         result = result.observation
     if not isinstance(result, Observation):
         return f"{op} returned {type(result).__name__} as its observation, not agentrl.envs.base.Observation"

@@ -78,6 +78,18 @@ BUILT_IN: dict[str, EnvSpec] = {
             requires=("scienceworld",),
             install_hint="pip install -e '.[scienceworld]' and a Java runtime (apt-get install default-jre-headless)",
         ),
+        EnvSpec(
+            name="gym",
+            description="your own Gymnasium-style text env: env.factory=MODULE:CALLABLE (tasks are seeds)",
+            builder="agentrl.envs.gym_text:build",
+        ),
+        EnvSpec(
+            name="gem",
+            description="GEM's games and reasoning-gym tasks: env.id=game:Sokoban-v0-easy (agentrl envs lists ids)",
+            builder="agentrl.envs.gem_games:build",
+            requires=("gem",),
+            install_hint="pip install -e '.[gem]'",
+        ),
     )
 }
 

@@ -72,7 +72,11 @@ CHAT_TEMPLATE = (
 
 
 # The engine packages whose versions change an environment's demonstration text.
-ENGINE_PACKAGES = {"alfworld": ("alfworld", "textworld"), "scienceworld": ("scienceworld",)}
+ENGINE_PACKAGES = {
+    "alfworld": ("alfworld", "textworld"),
+    "scienceworld": ("scienceworld",),
+    "gem": ("gem-llm", "reasoning-gym"),
+}
 
 
 def _source_fingerprint(env_name: str) -> str:
@@ -116,8 +120,30 @@ def build_spec(tiny_cfg: Any, env_cfg: Any) -> dict:
     return json.loads(json.dumps(spec, sort_keys=True, default=str))  # as a record on disk reads back
 
 
+def _factory_fingerprint(env_cfg: Any) -> str | None:
+    """A hash of the source file of a user's env.factory module (env=gym), so that a changed environment builds a
+    new model; None where the config names no factory or its module is not found."""
+    import importlib.util
+
+    factory = getattr(env_cfg, "factory", None)
+    if not isinstance(factory, str) or ":" not in factory:
+        return None
+    try:
+        found = importlib.util.find_spec(factory.partition(":")[0])
+    except (ImportError, ValueError):
+        found = None
+    origin = getattr(found, "origin", None)
+    if origin is None and Path(factory.partition(":")[0] + ".py").is_file():  # a file in the working directory
+        origin = factory.partition(":")[0] + ".py"
+    if origin is None or not Path(origin).is_file():
+        return None
+    return hashlib.sha256(Path(origin).read_bytes()).hexdigest()
+
+
 def cache_key(tiny_cfg: Any, env_cfg: Any) -> str:
     spec = {**build_spec(tiny_cfg, env_cfg), "source": _source_fingerprint(env_cfg.name)}
+    if (factory := _factory_fingerprint(env_cfg)) is not None:
+        spec["factory_source"] = factory
     return hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()[:12]
 
 
@@ -188,18 +214,22 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
 def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int, doing: str):
     """About `turns` turns of `policy` on consecutive tasks of `split`, one episode each (episodes of
     max_steps), so that a slow engine is not played for hours. `doing` names it in the progress report."""
+    from agentrl.envs.base import within_split
     from agentrl.rollout.demonstrations import play
 
     episodes = max(4, -(-turns // suite.max_steps))
-    tasks = [suite.task(split, first_index + i) for i in range(episodes)]
+    tasks = [suite.task(split, within_split(suite, split, first_index + i)) for i in range(episodes)]
     return play(suite, env_cfg, policy, tasks, doing)
 
 
 def _random_play(suite, env_cfg: Any, tiny_cfg: Any, turns: int, doing: str):
     """The build's demonstrations: about `turns` turns of the random admissible policy on training tasks, both
     drawn with the build's seed (the build plays them, and the shipped build's fingerprint reads their start)."""
+    from agentrl.errors import UserError
     from agentrl.rollout.policies import RandomPolicy
 
+    if problem := getattr(suite, "random_policy_problem", None):  # model=tiny warms up on random play
+        raise UserError(problem)
     return _play(suite, env_cfg, RandomPolicy(tiny_cfg.seed), "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing)
 
 

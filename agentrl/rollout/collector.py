@@ -23,7 +23,7 @@ from agentrl.envs.base import Observation, Step, Task, TaskSuite
 from agentrl.envs.workers import EnvFault, EnvPool, InlinePool
 from agentrl.errors import UserError
 from agentrl.rollout.batch import EpisodeResult, Row, StepBatch
-from agentrl.rollout.parsing import ParsedAction, env_action, parse_action
+from agentrl.rollout.parsing import ACTION_TAGS, ParsedAction, action_for_env, parse_reply
 from agentrl.rollout.prompts import HistoryWindow, build_prompt
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ class Turn:
     observation: Observation
     task: Task | None = None
     step: int = 0
+    # the reply the environment expects (rollout/parsing.py, REPLY_FORMATS): baselines and experts reply in it
+    reply_format: str = ACTION_TAGS
 
 
 @dataclass
@@ -101,6 +103,7 @@ def collect(
     play on and whether a stop abandons the rollout (`RolloutAbandoned`); with several ranks it asks them all.
     """
     limit = max_steps or suite.max_steps
+    reply_format = reply_format_of(suite)
     own_pool = pool is None
     if pool is None:
         pool = InlinePool(suite.make_env)
@@ -124,12 +127,12 @@ def collect(
                 going = _agreed(lockstep, going, t)
             if not going:
                 break
-            turns = [_turn(ep, prompt, t) for ep in active]
+            turns = [_turn(ep, prompt, t, reply_format) for ep in active]
             replies = policy.act(turns)
             if not active:
                 continue  # this rank only took part in the other ranks' collective generation
-            parsed = [parse_action(reply.text) for reply in replies]
-            actions = [env_action(reply.text, p) for reply, p in zip(replies, parsed)]
+            parsed = [parse_reply(reply.text, reply_format) for reply in replies]
+            actions = [action_for_env(reply.text, p, reply_format) for reply, p in zip(replies, parsed)]
             outcomes = pool.step([(ep.index, action) for ep, action in zip(active, actions)])
             for ep, turn, reply, p, action, outcome in zip(active, turns, replies, parsed, actions, outcomes):
                 row = _row(ep, turn, reply, p, outcome, t)
@@ -169,7 +172,12 @@ def _keep_going(policy: Policy, local_active: bool) -> bool:
     return local_active if keep_going is None else bool(keep_going(local_active))
 
 
-def _turn(ep: _Episode, prompt: PromptSpec, t: int) -> Turn:
+def reply_format_of(suite: TaskSuite) -> str:
+    """The reply format the suite's environments expect: its optional ``reply_format``, else agentrl's tags."""
+    return getattr(suite, "reply_format", None) or ACTION_TAGS
+
+
+def _turn(ep: _Episode, prompt: PromptSpec, t: int, reply_format: str) -> Turn:
     obs = ep.observation
     text = build_prompt(
         prompt.template,
@@ -180,8 +188,9 @@ def _turn(ep: _Episode, prompt: PromptSpec, t: int) -> Turn:
         step=t,
         history_length=prompt.history_length,
         actions_text=obs.actions_text,
+        reply_format=reply_format,
     )
-    return Turn(prompt=text, observation=obs, task=ep.task, step=t)
+    return Turn(prompt=text, observation=obs, task=ep.task, step=t, reply_format=reply_format)
 
 
 def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: Step | EnvFault, t: int) -> Row:

@@ -76,7 +76,7 @@ class AdmissibleProbe:
             actions = list(dict.fromkeys(turn.observation.admissible_actions))
             if len(actions) < 2:
                 continue
-            replies = [action_reply(a) for a in actions]
+            replies = [action_reply(a, turn.reply_format) for a in actions]
             entropy, mass = admissible_spread(
                 reply_logprobs(self.model, self.tokenizer, turn.prompt, replies, self.max_prompt_tokens)
             )

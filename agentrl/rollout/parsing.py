@@ -112,3 +112,54 @@ def env_action(reply: str, parsed: ParsedAction) -> str:
     if not isinstance(reply, str):
         return ""
     return reply.strip()[:MAX_RAW_ACTION_CHARS]
+
+
+# --------------------------------------------------------------------------- reply formats
+#
+# An environment says which reply format it expects (its suite's ``reply_format``; docs/environments.md,
+# "Reply formats"). The prompt asks for that format, the parser reads it, and the environment receives what it
+# parses: agentrl's own ``<action>X</action>`` hands the environment X; GEM's ``\boxed{X}`` hands it the whole
+# ``\boxed{X}``, which GEM's games parse themselves.
+
+ACTION_TAGS, BOXED = "action", "boxed"
+REPLY_FORMATS: tuple[str, ...] = (ACTION_TAGS, BOXED)
+BOXED_OPEN = "\\boxed{"
+
+
+def parse_boxed(reply: str) -> ParsedAction:
+    """Read the last ``\\boxed{X}`` of a reply, braces inside X balanced. X is kept as written (a game may read
+    case: a crossword's letters), stripped; empty, unbalanced or with ``<`` it is invalid. A think block, if any,
+    is read as `parse_action` reads it. Linear in the reply's length; never raises."""
+    if not isinstance(reply, str):
+        return _INVALID
+    folded = reply.translate(_ASCII_LOWER)
+    think_ok, think, think_end = _think_block(reply, folded)
+    start = reply.rfind(BOXED_OPEN)
+    if not think_ok or start < think_end or start < 0:
+        return ParsedAction(None, False, think if think_ok else None)
+    depth, pos = 1, start + len(BOXED_OPEN)
+    while pos < len(reply) and depth:
+        depth += {"{": 1, "}": -1}.get(reply[pos], 0)
+        pos += 1
+    action = reply[start + len(BOXED_OPEN) : pos - 1].strip() if depth == 0 else ""
+    if not action or "<" in action:
+        return ParsedAction(None, False, think)
+    return ParsedAction(action, True, think)
+
+
+def parse_reply(reply: str, reply_format: str = ACTION_TAGS) -> ParsedAction:
+    """Parse a reply in the environment's format (`REPLY_FORMATS`)."""
+    return parse_boxed(reply) if reply_format == BOXED else parse_action(reply)
+
+
+def format_reply(action: str, reply_format: str = ACTION_TAGS) -> str:
+    """An action written as a well-formed reply in the format: what the random policy and the experts reply."""
+    return f"{BOXED_OPEN}{action}}}" if reply_format == BOXED else f"{ACTION_OPEN}{action}{ACTION_CLOSE}"
+
+
+def action_for_env(reply: str, parsed: ParsedAction, reply_format: str = ACTION_TAGS) -> str:
+    """What the environment receives for a reply in the format: `env_action`'s, but a boxed action goes to the
+    environment boxed, as its own parser expects."""
+    if reply_format == BOXED and parsed.valid and parsed.action is not None:
+        return format_reply(parsed.action, BOXED)
+    return env_action(reply, parsed)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from agentrl.rollout.collector import Reply, Turn
+from agentrl.rollout.parsing import format_reply
 
 
 @dataclass
@@ -151,5 +152,5 @@ class RandomPolicy:
         for t in turns:
             actions = t.observation.admissible_actions
             action = self.rng.choice(actions) if actions else "look"
-            replies.append(Reply(text=f"<action>{action}</action>"))
+            replies.append(Reply(text=format_reply(action, t.reply_format)))
         return replies

@@ -19,6 +19,8 @@ Templates (``TEMPLATES``):
   command, which has hundreds of entries. Deviations: leading and trailing
   newlines dropped; the history lines are agentrl's window (the last H pairs, with
   their step numbers), where the reference also lists every older action.
+- ``"generic"``: the alfworld template's structure and instruction without its ALFRED sentence, for
+  environments agentrl did not make (env=gym, env=gem): the task, the window, the observation, the actions.
 - ``"compact"``: the same information in as few tokens as possible, for tiny
   models with short contexts. No think instruction. With ``actions_text`` it shows
   that summary instead of the list.
@@ -28,7 +30,7 @@ from __future__ import annotations
 
 from collections import deque
 
-TEMPLATES: tuple[str, ...] = ("alfworld", "scienceworld", "compact")
+TEMPLATES: tuple[str, ...] = ("alfworld", "scienceworld", "compact", "generic")
 
 _ALFWORLD_INSTRUCTION = (
     "Now it's your turn to take an action.\n"
@@ -180,17 +182,69 @@ def _scienceworld(task, observation, admissible, window, step, actions_text=None
     )
 
 
+GENERIC_TEMPLATE_NO_HIS = (
+    "You are an expert agent playing a text environment. Your task is:\n{task}\n"
+    "Your current observation is: {observation}\n"
+    "Your admissible actions of the current situation are: [{admissible}].\n\n" + _ALFWORLD_INSTRUCTION
+)
+GENERIC_TEMPLATE = (
+    "You are an expert agent playing a text environment. Your task is:\n{task}\n"
+    "Prior to this step, you have already taken {step_count} step(s). Below are the most recent {history_length} "
+    "observations and the corresponding actions you took: {history}\n"
+    "You are now at step {current_step} and your current observation is: {observation}\n"
+    "Your admissible actions of the current situation are: [{admissible}].\n\n" + _ALFWORLD_INSTRUCTION
+)
+
+
+def _generic(task, observation, admissible, window, step, actions_text=None) -> str:
+    actions = actions_text if actions_text is not None else ", ".join(f"'{a}'" for a in admissible)
+    if not window:
+        return GENERIC_TEMPLATE_NO_HIS.format(task=task, observation=observation, admissible=actions)
+    first = step - len(window) + 1
+    history = "\n".join(
+        f"[Observation {first + j}: '{obs}', Action {first + j}: '{act}']" for j, (obs, act) in enumerate(window)
+    )
+    return GENERIC_TEMPLATE.format(
+        task=task,
+        step_count=step,
+        history_length=len(window),
+        history=history,
+        current_step=step + 1,
+        observation=observation,
+        admissible=actions,
+    )
+
+
 def _compact(task, observation, admissible, window, step, actions_text=None) -> str:
     lines = [f"Task: {task}"]
     if window:
         lines.append("History: " + " ".join(f"[{obs} > {act}]" for obs, act in window))
     lines.append(f"Now: {observation}")
     lines.append("Actions: " + (actions_text if actions_text is not None else " | ".join(admissible)))
-    lines.append("Reply <action>...</action>")
+    lines.append(COMPACT_REPLY)
     return "\n".join(lines)
 
 
-_BUILDERS = {"alfworld": _alfworld, "scienceworld": _scienceworld, "compact": _compact}
+_BUILDERS = {"alfworld": _alfworld, "scienceworld": _scienceworld, "compact": _compact, "generic": _generic}
+
+COMPACT_REPLY = "Reply <action>...</action>"
+# What each reply format (rollout/parsing.py, REPLY_FORMATS) changes in the templates' instructions: the tags the
+# instruction names. The default, agentrl's own tags, changes nothing.
+_FORMAT_INSTRUCTIONS = {
+    "boxed": (
+        ("present it within <action> </action> tags.", "present it within \\boxed{}."),
+        (COMPACT_REPLY, "Reply \\boxed{...}"),
+    ),
+}
+
+
+def _in_format(prompt: str, reply_format: str) -> str:
+    """The prompt's reply instruction in the environment's reply format. Only the instruction's own sentence
+    changes: it is the prompt's last line in every template, so an observation that quotes it is left alone."""
+    head, sep, last = prompt.rpartition("\n")
+    for old, new in _FORMAT_INSTRUCTIONS.get(reply_format, ()):
+        last = last.replace(old, new)
+    return head + sep + last
 
 
 def build_prompt(
@@ -203,6 +257,7 @@ def build_prompt(
     step: int,
     history_length: int,
     actions_text: str | None = None,
+    reply_format: str = "action",
 ) -> str:
     """The prompt text of one turn.
 
@@ -213,9 +268,11 @@ def build_prompt(
     to show (first turn, or ``history_length=0``) the alfworld template uses the
     reference's no-history variant. ``actions_text``, when the environment gives
     one (``Observation.actions_text``), replaces the admissible list in the
-    scienceworld and compact templates.
+    scienceworld and compact templates. ``reply_format`` (the environment's, rollout/parsing.py) is the reply
+    the instruction asks for: ``action`` (``<action>X</action>``) or ``boxed`` (``\\boxed{X}``).
     """
     if template not in _BUILDERS:
         raise ValueError(f"unknown prompt template {template!r}; valid: {', '.join(TEMPLATES)}")
     window = _recent(history, step, history_length)
-    return _BUILDERS[template](task, observation, list(admissible), window, step, actions_text)
+    prompt = _BUILDERS[template](task, observation, list(admissible), window, step, actions_text)
+    return prompt if reply_format == "action" else _in_format(prompt, reply_format)

@@ -19,6 +19,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from agentrl.envs.base import within_split
 from agentrl.errors import UserError
 
 MODEL_FOLDER = "model"  # <run folder>/model unless sft.output names one
@@ -92,7 +93,7 @@ def expert_demonstrations(suite, cfg: Any) -> tuple[list[tuple[str, str]], dict[
 
     if not cfg.sft.episodes:
         return [], {"expert_episodes": 0, "expert_success": 0.0}
-    tasks = [suite.task("train", cfg.sft.first_task + i) for i in range(cfg.sft.episodes)]
+    tasks = [suite.task("train", within_split(suite, "train", cfg.sft.first_task + i)) for i in range(cfg.sft.episodes)]
     batch = play(suite, cfg.env, ExpertPolicy(suite), tasks, "sft: the expert plays")
     pairs = won_pairs(batch)
     won = sum(e.won for e in batch.episodes)
@@ -112,8 +113,10 @@ def random_demonstrations(suite, cfg: Any) -> list[tuple[str, str]]:
 
     if not cfg.sft.random_episodes:
         return []
+    if problem := getattr(suite, "random_policy_problem", None):
+        raise UserError(f"sft.random_episodes={cfg.sft.random_episodes}: {problem}")
     first = cfg.sft.first_task + cfg.sft.episodes
-    tasks = [suite.task("train", first + i) for i in range(cfg.sft.random_episodes)]
+    tasks = [suite.task("train", within_split(suite, "train", first + i)) for i in range(cfg.sft.random_episodes)]
     batch = play(suite, cfg.env, RandomPolicy(cfg.seed), tasks, "sft: a random admissible policy plays")
     return list(zip(batch.prompt, batch.completion))
 

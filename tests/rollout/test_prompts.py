@@ -138,8 +138,8 @@ def test_braces_in_text_are_kept():
 
 
 def test_unknown_template_lists_valid_ones():
-    assert TEMPLATES == ("alfworld", "scienceworld", "compact")
-    with pytest.raises(ValueError, match="alfworld, scienceworld, compact"):
+    assert TEMPLATES == ("alfworld", "scienceworld", "compact", "generic")
+    with pytest.raises(ValueError, match="alfworld, scienceworld, compact, generic"):
         build_prompt("webshop", task=TASK, observation="o", admissible=[], history=[], step=0, history_length=2)
 
 

@@ -1,0 +1,123 @@
+"""env=gem: GEM's environments (the `gem-llm` package) on agentrl's Gymnasium-style route (envs/gym_text.py).
+
+`agentrl train env=gem env.id=game:Sokoban-v0-easy` makes each environment with ``gem.make(id, **env.kwargs)``.
+What GEM does that the route is told here (docs/environments.md, "GEM"):
+
+- Replies are GEM's own format, ``\\boxed{X}``: the prompt asks for it and the environment receives it whole.
+- The board of a game is in ``info["suffix"]``, shown after the observation, and is the GiGPO anchor where it
+  is one (a suffix of several lines); the games with no board are anchored on the observation text.
+- Success is a terminating step with GEM's success reward (1.0), not truncated: Sokoban's partial reward at its
+  turn limit (boxes on target / boxes) is not success.
+- A reply GEM cannot parse ends its episode (GEM's rule, kept).
+- Ids that cannot run offline are refused in one line: the word games that fetch NLTK's corpus at reset, and
+  the families that load a data set from the Hugging Face hub. Ids with no random action (Sudoku,
+  TowerofHanoi, the reasoning-gym tasks) train a pretrained model; the random baseline and the tiny model's
+  warm-up cannot play them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentrl.envs.gym_text import GymSettings, checked_suite
+from agentrl.errors import UserError
+
+# GEM's success reward (gem.utils.constants.LanguageGameReward.success_reward); read from GEM where installed.
+SUCCESS_REWARD = 1.0
+# What cannot run on a machine that reaches no network, by GEM id prefix (checked before anything is made).
+OFFLINE_REFUSALS = {
+    "game:Wordle-": "it fetches NLTK's words corpus from the network at reset",
+    "game:Hangman-": "it fetches NLTK's words corpus from the network at reset",
+    "game:WordSearch-": "it fetches NLTK's words corpus from the network at reset",
+    "math:": "it loads its data set from the Hugging Face hub",
+    "code:": "it loads its data set from the Hugging Face hub",
+    "qa:": "it loads its data set from the Hugging Face hub",
+    "logic:": "it loads its data set from the Hugging Face hub",
+    "eval:": "it loads its data set from the Hugging Face hub",
+}
+# Ids whose reset fails in gem-llm 0.1.0 itself (found by the probe every build runs; listed for `agentrl envs`).
+BROKEN = {
+    "game:FifteenPuzzle-v0-random": "its reset raises TypeError in gem-llm 0.1.0",
+    "game:Crosswords-v0-random": "its reset raises ValueError (no words match) in gem-llm 0.1.0",
+}
+NO_RANDOM_ACTION = ("game:Sudoku-", "game:TowerofHanoi-", "rg:")
+
+
+def make_gem(env_id: str, **kwargs: Any):
+    """The factory the route calls in every process that holds an environment: ``gem.make(env_id, **kwargs)``."""
+    import gem
+
+    return gem.make(env_id, **kwargs)
+
+
+def registered_ids() -> list[str]:
+    """Every id GEM registers (empty where gem-llm is not installed)."""
+    try:
+        from gem.envs.registration import ENV_REGISTRY
+    except ImportError:
+        return []
+    return list(ENV_REGISTRY)
+
+
+def refusal(env_id: str) -> str | None:
+    """Why an id cannot run here, in a few words, or None."""
+    for prefix, why in OFFLINE_REFUSALS.items():
+        if env_id.startswith(prefix):
+            return why
+    return BROKEN.get(env_id)
+
+
+def id_status(env_id: str) -> str:
+    """One phrase for `agentrl envs`: usable, usable with a pretrained model only, or why not."""
+    why = refusal(env_id)
+    if why is not None:
+        return f"no: {why}"
+    if env_id.startswith(NO_RANDOM_ACTION):
+        return "yes, with a pretrained model= (no random action: no --random, no model=tiny)"
+    return "yes"
+
+
+def _success_reward() -> float:
+    try:
+        from gem.utils.constants import LanguageGameReward
+    except ImportError:
+        return SUCCESS_REWARD
+    return float(LanguageGameReward.success_reward)
+
+
+def build(env_cfg: Any):
+    """The suite for `env=gem env.id=ID`."""
+    from agentrl.run_folder import as_container
+
+    env_id = str(env_cfg.id)
+    known = registered_ids()
+    if env_id not in known:
+        families = sorted({i.split(":", 1)[0] + ":" for i in known})
+        games = ", ".join(i for i in known if i.startswith("game:") and refusal(i) is None)
+        raise UserError(
+            f"env.id={env_id!r} is not a GEM id; GEM's families: {' '.join(families)}; its games that run here: "
+            f"{games} (agentrl envs lists them all)"
+        )
+    why = refusal(env_id)
+    if why is not None:
+        raise UserError(f"env.id={env_id} cannot run here: {why} (agentrl envs lists the ids that can)")
+    kwargs = dict(as_container(env_cfg.kwargs) or {})
+    settings = GymSettings(
+        factory="agentrl.envs.gem_games:make_gem",
+        kwargs={"env_id": env_id, **kwargs},
+        reply_format="boxed",
+        success_reward=_success_reward(),
+        random_candidates=int(env_cfg.random_candidates),
+        anchor="board",
+    )
+    ood = as_container(env_cfg.ood_kwargs)
+    return checked_suite(
+        "gem",
+        env_id,
+        settings,
+        env_cfg,
+        ood_kwargs={"env_id": env_id, **dict(ood)} if ood is not None else None,
+        # reasoning-gym's tasks are one question, one answer: GEM states no turn limit for them
+        max_steps=env_cfg.max_steps or (1 if env_id.startswith("rg:") else None),
+        what=f"env.id={env_id}",
+    )
