@@ -1,0 +1,89 @@
+"""env=gem on the real gem-llm package (the gem extra; skips without it): GEM's games through the Gymnasium-style
+route, its \\boxed{} replies, its success rule and the ids that cannot run offline."""
+
+from __future__ import annotations
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.config.envs import GemEnvConfig
+from agentrl.envs.base import Task
+from agentrl.errors import UserError
+from agentrl.rollout.collector import PromptSpec, collect
+from agentrl.rollout.policies import RandomPolicy
+from tests.extras import skip_without
+
+
+@pytest.fixture(autouse=True)
+def _needs_gem():
+    skip_without("gem-llm", "gem")
+
+
+def suite_of(env_id: str, **overrides):
+    from agentrl.envs.gem_games import build
+
+    return build(OmegaConf.merge(OmegaConf.structured(GemEnvConfig), {"id": env_id, **overrides}))
+
+
+def test_sokoban_shows_its_board_asks_for_boxed_replies_and_anchors_on_the_board():
+    suite = suite_of("game:Sokoban-v0-easy")
+    assert suite.reply_format == "boxed" and suite.max_steps == 20  # GEM's own max_turns
+    env = suite.make_env()
+    first = env.reset(Task("t", "sokoban", seed=7))
+    assert "current board layout" in first.text and first.admissible_actions == ["up", "down", "left", "right"]
+    assert first.anchor() == first.anchor_key and "#" in first.anchor_key  # the board, not the turn's message
+    moved = env.step("\\boxed{left}")
+    assert moved.action_valid and "At turn 1" in moved.observation.text
+
+
+def test_the_random_policy_replies_boxed_and_the_env_parses_it():
+    suite = suite_of("game:GuessTheNumber-v0-easy")
+    tasks = [suite.task("eval_in_distribution", i) for i in range(20)]
+    batch = collect(suite, tasks, 1, RandomPolicy(0), PromptSpec("generic", 2))
+    assert all(c.startswith("\\boxed{") for c in batch.completion) and all(batch.valid)
+    assert "\\boxed{}" in batch.prompt[0]  # the instruction asks for the env's own format
+    assert 0 < sum(e.won for e in batch.episodes) < 20
+    assert not any("not valid" in o for o in batch.observation)
+
+
+def test_sokobans_partial_reward_at_its_limit_is_not_success():
+    suite = suite_of("game:Sokoban-v0-easy", max_steps=None)
+    env = suite.make_env()
+    env.reset(Task("t", "sokoban", seed=3))
+    steps = [env.step("\\boxed{up}") for _ in range(20)]
+    assert steps[-1].done and not any(s.won for s in steps)
+
+
+def test_a_reply_gem_cannot_parse_ends_the_episode_as_gem_rules():
+    env = suite_of("game:Sokoban-v0-easy").make_env()
+    env.reset(Task("t", "sokoban", seed=3))
+    step = env.step("go up please")
+    assert step.done and not step.won and step.reward < 0
+
+
+@pytest.mark.parametrize(
+    ("env_id", "says"),
+    [
+        ("game:Wordle-v0-easy", "cannot run here: it fetches NLTK's words corpus"),
+        ("math:GSM8K", "cannot run here: it loads its data set from the Hugging Face hub"),
+        ("game:Chess-v0", "is not a GEM id"),
+        ("game:FifteenPuzzle-v0-random", "cannot run here: its reset raises"),
+    ],
+)
+def test_an_id_that_cannot_run_here_is_one_line(env_id, says):
+    with pytest.raises(UserError, match=says) as caught:
+        suite_of(env_id)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_id_without_a_random_action_says_which_models_can_play_it():
+    suite = suite_of("game:TowerofHanoi-v0-easy")
+    assert "use a pretrained model=" in suite.random_policy_problem
+    assert suite_of("rg:basic_arithmetic").max_steps == 1  # one question, one answer
+
+
+def test_agentrl_envs_lists_the_ids():
+    from agentrl.envs.gem_games import id_status
+
+    assert id_status("game:Sokoban-v0-easy") == "yes"
+    assert id_status("game:Hangman-v0-easy").startswith("no: ")

@@ -1,0 +1,117 @@
+"""Small Gymnasium-style text environments of the tests' own, for the env=gym route (agentrl/envs/gym_text.py).
+
+`make_corridor` is a well-behaved one: walk right to the door. The others each break one rule, as a user's
+environment might."""
+
+from __future__ import annotations
+
+import random
+
+
+class Corridor:
+    """Start at 0 or 1 (by seed), the door at `length`; `left` / `right`. Success: info["is_success"]. Its state is
+    the position, which `state_key` gives when `keyed`."""
+
+    def __init__(self, length: int = 3, max_turns: int = 6, keyed: bool = False, listed: bool = True):
+        self.length, self.max_turns, self.keyed = length, max_turns, keyed
+        if listed:
+            self.action_space = ["left", "right"]
+        self.pos, self.turns = 0, 0
+
+    def reset(self, seed: int | None = None):
+        self.pos, self.turns = (seed or 0) % 2, 0
+        return f"Reach the door at {self.length}. You stand at {self.pos}.", self._info()
+
+    def step(self, action: str):
+        self.turns += 1
+        self.pos += {"right": 1, "left": -1}.get(action.strip(), 0)
+        won = self.pos >= self.length
+        truncated = not won and self.turns >= self.max_turns
+        return (
+            f"Turn {self.turns}: you stand at {self.pos}.",
+            float(won),
+            won,
+            truncated,
+            {**self._info(), "is_success": won},
+        )
+
+    def sample_random_action(self) -> str:
+        return random.choice(["left", "right"])
+
+    def _info(self) -> dict:
+        return {"state_key": self.pos} if self.keyed else {}
+
+
+def make_corridor(**kwargs) -> Corridor:
+    return Corridor(**kwargs)
+
+
+def make_unlisted(**kwargs) -> Corridor:
+    """Lists no actions: the route shows draws of its sample_random_action() instead."""
+    return Corridor(listed=False, **kwargs)
+
+
+class PartialReward(Corridor):
+    """No success flag; pays a partial reward at its turn limit (as GEM's Sokoban does) and 1.0 at the door."""
+
+    def step(self, action: str):
+        obs, reward, won, truncated, info = super().step(action)
+        info.pop("is_success")
+        return obs, (0.5 if truncated else reward), won or truncated, truncated, info
+
+
+def make_partial(**kwargs) -> PartialReward:
+    return PartialReward(**kwargs)
+
+
+class NoSample(Corridor):
+    """Neither lists actions nor samples one: no random policy can play it."""
+
+    sample_random_action = None
+
+    def __init__(self, **kwargs):
+        super().__init__(listed=False, **kwargs)
+
+
+def make_no_sample(**kwargs) -> NoSample:
+    return NoSample(**kwargs)
+
+
+class NumberObservation(Corridor):
+    def reset(self, seed: int | None = None):
+        super().reset(seed)
+        return [self.pos], {}
+
+
+def make_number_observation() -> NumberObservation:
+    return NumberObservation()
+
+
+class NanAfterFirst(Corridor):
+    """Resets well and pays NaN on each step (a numeric bug in the user's env)."""
+
+    def step(self, action: str):
+        obs, _, done, truncated, info = super().step(action)
+        return obs, float("nan"), done, truncated, info
+
+
+def make_nan() -> NanAfterFirst:
+    return NanAfterFirst()
+
+
+class NeedsNetwork(Corridor):
+    def reset(self, seed: int | None = None):
+        import urllib.error
+
+        raise urllib.error.URLError("[Errno -2] Name or service not known")
+
+
+def make_needs_network() -> NeedsNetwork:
+    return NeedsNetwork()
+
+
+def make_nothing():
+    return object()
+
+
+NOT_CALLABLE = 3
