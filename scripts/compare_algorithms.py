@@ -3,6 +3,7 @@
     python scripts/compare_algorithms.py                                   # the whole study (see the defaults below)
     python scripts/compare_algorithms.py --levels default --arms grpo gigpo --seeds 0 1 2
     python scripts/compare_algorithms.py --arms grpo grpo+epo grpo+arpo --levels default --iterations 75
+    python scripts/compare_algorithms.py --env gem --levels game:Sokoban-v0-easy --overrides +experiment=gem_sokoban
     python scripts/compare_algorithms.py --report-only                     # the statistics of what is under --out
     python scripts/compare_algorithms.py --env household_team --levels easy --arms trajectory-means rows-global \
         rows-agent --seeds 0 1 2 --sft-episodes 16 --overrides algo.norm=std --out outputs/drmas   # Dr. MAS's arms
@@ -83,7 +84,13 @@ def finished(run_dir: Path, iterations: int) -> bool:
 
 
 def level_dir(args: argparse.Namespace, level: str) -> Path:
-    return args.out / (level if args.env == "household" else f"{args.env}_{level}")
+    name = level.replace(":", "_")  # a GEM id (game:Sokoban-v0-easy) as a folder name
+    return args.out / (name if args.env == "household" else f"{args.env}_{name}")
+
+
+def level_override(args: argparse.Namespace, level: str) -> str:
+    """The override that chooses a "level": household's env.level, or a GEM id (env=gem: env.id)."""
+    return f"env.id={level}" if args.env == "gem" else f"env.level={level}"
 
 
 def build_model(args: argparse.Namespace, level: str) -> None:
@@ -93,7 +100,7 @@ def build_model(args: argparse.Namespace, level: str) -> None:
         agentrl_command(
             "train",
             f"env={args.env}",
-            f"env.level={level}",
+            level_override(args, level),
             *args.overrides,
             "trainer.iterations=1",
             "trainer.eval_every=0",
@@ -129,7 +136,7 @@ def warm_start(args: argparse.Namespace, level: str) -> list[str]:
             agentrl_command(
                 "sft",
                 f"env={args.env}",
-                f"env.level={level}",
+                level_override(args, level),
                 f"sft.episodes={args.sft_episodes}",
                 f"eval.num_tasks={args.eval_tasks}",
                 f"hydra.run.dir={folder}",
@@ -155,7 +162,7 @@ def plan(args: argparse.Namespace) -> list[dict]:
                     f"env={args.env}",
                     *ARMS[arm],
                     f"seed={seed}",
-                    f"env.level={level}",
+                    level_override(args, level),
                     f"trainer.task_pool={args.task_pool}",
                     f"trainer.iterations={iterations}",
                     f"trainer.eval_every={args.eval_every}",
@@ -358,7 +365,11 @@ def report(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--env", default="household", help="household, or household_team for Dr. MAS's arms")
+    parser.add_argument(
+        "--env",
+        default="household",
+        help="household, household_team for Dr. MAS's arms, or gem (--levels are then GEM ids: game:Sokoban-v0-easy)",
+    )
     parser.add_argument("--levels", nargs="+", default=["default", "search"])
     parser.add_argument("--arms", nargs="+", default=["grpo", "gigpo"], choices=list(ARMS))
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])

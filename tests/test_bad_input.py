@@ -34,7 +34,12 @@ def _unwritable(tmp: Path) -> str:
 
 
 CASES = {
-    "unknown group option": (lambda t: ["train", "env=nowhere"], "available: alfworld, household"),
+    "unknown group option": (lambda t: ["train", "env=nowhere"], "available: alfworld, gem, gym, household"),
+    "gym factory that does not import": (
+        lambda t: ["train", "env=gym", "env.factory=no_such_module:make_env"],
+        "env.factory='no_such_module:make_env': module 'no_such_module' does not import",
+    ),
+    "gym factory missing": (lambda t: ["train", "env=gym"], "env.factory"),
     "misspelled key": (lambda t: ["train", "trainer.iteratons=5"], "did you mean trainer.iterations"),
     "wrong type": (lambda t: ["train", "trainer.iterations=abc"], "trainer.iterations"),
     "non-positive group size": (lambda t: ["train", "trainer.group_size=0"], "trainer.group_size must be >= 1"),
