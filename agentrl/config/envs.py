@@ -92,8 +92,10 @@ class GymEnvConfig(SeededEnvConfig):
     name: str = checked("gym", MinLen(1))
     factory: str = field(default=MISSING, metadata=valid(MinLen(3)))  # MODULE:CALLABLE
     reply_format: str = checked("action", REPLY_FORMATS)  # action: <action>X</action>; boxed: \\boxed{X}
-    # success where no info flag (is_success, success, won) says: a terminating step with at least this reward
+    # success where no info flag (is_success, success, won) says: a terminating, not truncated step with at least
+    # this reward, or whose observation starts with success_text
     success_reward: float | None = None
+    success_text: str | None = None
 
 
 @dataclass

@@ -6,8 +6,10 @@ What GEM does that the route is told here (docs/environments.md, "GEM"):
 - Replies are GEM's own format, ``\\boxed{X}``: the prompt asks for it and the environment receives it whole.
 - The board of a game is in ``info["suffix"]``, shown after the observation, and is the GiGPO anchor where it
   is one (a suffix of several lines); the games with no board are anchored on the observation text.
-- Success is a terminating step with GEM's success reward (1.0), not truncated: Sokoban's partial reward at its
-  turn limit (boxes on target / boxes) is not success.
+- Success is a terminating step, not truncated, whose observation is GEM's announcement of a win: every game
+  of GEM's says "Congratulations! ..." then and only then. GEM's rewards are progress rewards (Mastermind pays
+  for each new black peg, Game2048 for each milestone tile, Minesweeper for each cell revealed, Sokoban a
+  partial reward at its turn limit), so no reward threshold reads a win.
 - A reply GEM cannot parse ends its episode (GEM's rule, kept).
 - Ids that cannot run offline are refused in one line: the word games that fetch NLTK's corpus at reset, and
   the families that load a data set from the Hugging Face hub. Ids with no random action (Sudoku,
@@ -22,8 +24,8 @@ from typing import Any
 from agentrl.envs.gym_text import GymSettings, checked_suite
 from agentrl.errors import UserError
 
-# GEM's success reward (gem.utils.constants.LanguageGameReward.success_reward); read from GEM where installed.
-SUCCESS_REWARD = 1.0
+# How every GEM game's observation opens on the step that wins it (and on no other step).
+WIN_ANNOUNCEMENT = "Congratulations!"
 # What cannot run on a machine that reaches no network, by GEM id prefix (checked before anything is made).
 OFFLINE_REFUSALS = {
     "game:Wordle-": "it fetches NLTK's words corpus from the network at reset",
@@ -77,14 +79,6 @@ def id_status(env_id: str) -> str:
     return "yes"
 
 
-def _success_reward() -> float:
-    try:
-        from gem.utils.constants import LanguageGameReward
-    except ImportError:
-        return SUCCESS_REWARD
-    return float(LanguageGameReward.success_reward)
-
-
 def build(env_cfg: Any):
     """The suite for `env=gem env.id=ID`."""
     from agentrl.run_folder import as_container
@@ -106,7 +100,7 @@ def build(env_cfg: Any):
         factory="agentrl.envs.gem_games:make_gem",
         kwargs={"env_id": env_id, **kwargs},
         reply_format="boxed",
-        success_reward=_success_reward(),
+        success_text=WIN_ANNOUNCEMENT,
         random_candidates=int(env_cfg.random_candidates),
         anchor="board",
     )

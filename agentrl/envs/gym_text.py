@@ -13,8 +13,9 @@ agentrl builds the task suite around it:
   the next ``eval_seeds`` seeds, so the splits are disjoint; ``eval_out_of_distribution`` (where ``env.ood_kwargs``
   is given) the same held-out seeds on an environment built with those kwargs. Indices fold into a split's size.
 - Success is what the environment says: the first of ``info["is_success"]`` (Stable-Baselines3's key),
-  ``info["success"]``, ``info["won"]`` that a step sets; else, with ``env.success_reward`` set, a step that
-  terminates (not truncated) with at least that reward. A partial reward at a time limit is never success.
+  ``info["success"]``, ``info["won"]`` that a step sets; else a step that terminates (not truncated) with at
+  least ``env.success_reward``, or whose observation starts with ``env.success_text``. A partial reward at a time
+  limit is never success.
 - Admissible actions where the environment lists them (``info["admissible_actions"]``, an
   ``admissible_actions`` attribute or method, or an ``action_space`` that is a list of str); else, where it has
   ``sample_random_action()``, ``env.random_candidates`` draws of it are shown as candidates (the random policy
@@ -55,6 +56,7 @@ class GymSettings:
     kwargs: dict = field(default_factory=dict)
     reply_format: str = "action"
     success_reward: float | None = None
+    success_text: str | None = None  # a terminating step whose observation starts with this text wins
     max_steps: int = 50
     random_candidates: int = 8
     anchor: str = "state"  # state: info["state_key"], else the text; board: a several-line suffix, else the text
@@ -166,17 +168,19 @@ class GymTextEnv:
             raise ValueError(f"step returned the reward {reward!r}, not a finite number")
         info = info if isinstance(info, dict) else {}
         self._steps += 1
-        won = self._won(info, float(reward), bool(terminated), bool(truncated))
+        won = self._won(info, text, float(reward), bool(terminated), bool(truncated))
         self._done = bool(terminated) or bool(truncated) or won or self._steps >= self.settings.max_steps
         accepted = self._listed is None or unbox(action) in self._listed
         return Step(self._observe(text, info), float(reward), self._done, won, accepted)
 
-    def _won(self, info: dict, reward: float, terminated: bool, truncated: bool) -> bool:
+    def _won(self, info: dict, text: str, reward: float, terminated: bool, truncated: bool) -> bool:
         for key in SUCCESS_KEYS:
             if key in info:
                 return bool(info[key])
-        threshold = self.settings.success_reward
-        return threshold is not None and terminated and not truncated and reward >= threshold
+        if not terminated or truncated:  # a time limit's partial reward is never success
+            return False
+        threshold, announced = self.settings.success_reward, self.settings.success_text
+        return (threshold is not None and reward >= threshold) or (announced is not None and text.startswith(announced))
 
     def _observe(self, text: str, info: dict, suffix_shown: bool = False) -> Observation:
         suffix = info.get("suffix")
@@ -364,6 +368,7 @@ def build(env_cfg: Any) -> GymTextSuite:
         kwargs=dict(as_container(env_cfg.kwargs) or {}),
         reply_format=env_cfg.reply_format,
         success_reward=env_cfg.success_reward,
+        success_text=env_cfg.success_text,
         random_candidates=int(env_cfg.random_candidates),
         anchor="state",
     )

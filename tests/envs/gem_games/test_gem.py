@@ -87,3 +87,16 @@ def test_agentrl_envs_lists_the_ids():
 
     assert id_status("game:Sokoban-v0-easy") == "yes"
     assert id_status("game:Hangman-v0-easy").startswith("no: ")
+
+
+def test_a_win_is_gems_announcement_not_a_reward_threshold():
+    """Mastermind pays a progress reward for each new black peg: its winning step pays 0.5 or less, and wins."""
+    from itertools import permutations
+
+    env = suite_of("game:Mastermind-v0-easy", kwargs={"max_turns": 40}).make_env()  # room for every code
+    env.reset(Task("t", "mastermind", seed=11))
+    for a, b in permutations(range(1, 7), 2):
+        step = env.step(f"\\boxed{{{a} {b}}}")
+        if step.done:
+            break
+    assert step.won and step.reward < 1.0 and step.observation.text.startswith("Congratulations!")
