@@ -293,18 +293,24 @@ def recipes() -> None:
     agentrl recipes
     agentrl train +experiment=smollm2_household_cpu ...      # each recipe's file opens with its full command
     """
-    from rich.console import Console
 
     from agentrl.cli.recipes import how_to_run, recipe_lines, recipe_table, shipped_recipes
 
     with user_errors():
         found = shipped_recipes()
-        console = Console()
-        if console.is_terminal:
-            console.print(recipe_table(found))
-        else:  # piped: plain lines, one a recipe, not wrapped to 80 columns
-            typer.echo("\n".join(recipe_lines(found)))
+        _print_listing(lambda: recipe_table(found), lambda: recipe_lines(found))
         typer.echo(how_to_run())
+
+
+def _print_listing(table, lines) -> None:
+    """A rich table on a terminal; piped, plain lines, one an item, not wrapped to 80 columns."""
+    from rich.console import Console
+
+    console = Console()
+    if console.is_terminal:
+        console.print(table())
+    else:
+        typer.echo("\n".join(lines()))
 
 
 models_app = typer.Typer(
@@ -335,17 +341,12 @@ def models_fetch(
 @models_app.command("list")
 def models_list() -> None:
     """Every model= choice: the tiny model built here, the registry models (cached or not), the hub's models."""
-    from rich.console import Console
 
     from agentrl.cli.model_choices import choice_lines, choice_table, model_choices
 
     with user_errors():
         choices = model_choices()
-        console = Console()
-        if console.is_terminal:
-            console.print(choice_table(choices))
-        else:  # piped: plain lines, one a model, not wrapped to 80 columns
-            typer.echo("\n".join(choice_lines(choices)))
+        _print_listing(lambda: choice_table(choices), lambda: choice_lines(choices))
 
 
 alfworld_app = typer.Typer(help="ALFWorld tools: generate solvable synthetic games offline.", no_args_is_help=True)

@@ -18,8 +18,8 @@ agentrl builds the task suite around it:
   limit is never success.
 - Admissible actions where the environment lists them (``info["admissible_actions"]``, an
   ``admissible_actions`` attribute or method, or an ``action_space`` that is a list of str); else, where it has
-  ``sample_random_action()``, ``env.random_candidates`` draws of it are shown as candidates (the random policy
-  plays one of them: the environment's own random action). With neither, no random policy can play it.
+  ``sample_random_action()``, the distinct values of ``env.random_candidates`` draws of it are shown as
+  candidates, in natural order (the random policy plays one of them uniformly). With neither, no random policy can play it.
 - The GiGPO anchor is ``info["state_key"]`` where the environment gives one, else the observation text.
 - ``info["suffix"]`` (GEM's convention: the board) is shown after the observation.
 
@@ -33,6 +33,7 @@ import importlib
 import math
 import numbers
 import os
+import re
 import sys
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
@@ -114,6 +115,11 @@ def needs_network(err: BaseException) -> bool:
             return True
         err, seen = err.__cause__ or err.__context__, seen + 1
     return False
+
+
+def natural_order(text: str) -> tuple:
+    """A sort key that puts "2" before "10": digit runs compare as numbers."""
+    return tuple((0, int(part), "") if part.isdigit() else (1, 0, part) for part in re.split(r"(\d+)", text) if part)
 
 
 def unbox(action: str) -> str:
@@ -218,7 +224,8 @@ class GymTextEnv:
             draws = [unbox(str(sample())) for _ in range(self.settings.random_candidates)]
         except NotImplementedError:
             return []
-        return list(dict.fromkeys(d for d in draws if d))
+        # distinct and in a fixed order, so that a state's prompt does not change with the draws' order
+        return sorted({d for d in draws if d}, key=natural_order)
 
     def _anchor(self, info: dict) -> Hashable | None:
         key = info.get("state_key")

@@ -142,24 +142,33 @@ def _recent(history: list[tuple[str, str]], step: int, history_length: int) -> l
     return window
 
 
-def _alfworld(task, observation, admissible, window, step, actions_text=None) -> str:
-    # The reference quotes each action and leaves out ALFWorld's "help" command.
-    actions = "\n ".join(f"'{a}'" for a in admissible if a != "help")
-    if not window:
-        return ALFWORLD_TEMPLATE_NO_HIS.format(task=task, observation=observation, admissible=actions)
+def _numbered_history(window: list[tuple[str, str]], step: int) -> str:
+    """The window as the reference's lines, each pair numbered by its real 1-based step in the episode."""
     first = step - len(window) + 1  # 1-based index of the oldest pair in the window
-    history = "\n".join(
+    return "\n".join(
         f"[Observation {first + j}: '{obs}', Action {first + j}: '{act}']" for j, (obs, act) in enumerate(window)
     )
-    return ALFWORLD_TEMPLATE.format(
+
+
+def _with_history(no_history: str, with_history: str, task, observation, window, step, actions: str) -> str:
+    """A template of the alfworld family filled in: its no-history variant where the window is empty."""
+    if not window:
+        return no_history.format(task=task, observation=observation, admissible=actions)
+    return with_history.format(
         task=task,
         step_count=step,
         history_length=len(window),
-        history=history,
+        history=_numbered_history(window, step),
         current_step=step + 1,
         observation=observation,
         admissible=actions,
     )
+
+
+def _alfworld(task, observation, admissible, window, step, actions_text=None) -> str:
+    # The reference quotes each action and leaves out ALFWorld's "help" command.
+    actions = "\n ".join(f"'{a}'" for a in admissible if a != "help")
+    return _with_history(ALFWORLD_TEMPLATE_NO_HIS, ALFWORLD_TEMPLATE, task, observation, window, step, actions)
 
 
 def _scienceworld(task, observation, admissible, window, step, actions_text=None) -> str:
@@ -198,21 +207,7 @@ GENERIC_TEMPLATE = (
 
 def _generic(task, observation, admissible, window, step, actions_text=None) -> str:
     actions = actions_text if actions_text is not None else ", ".join(f"'{a}'" for a in admissible)
-    if not window:
-        return GENERIC_TEMPLATE_NO_HIS.format(task=task, observation=observation, admissible=actions)
-    first = step - len(window) + 1
-    history = "\n".join(
-        f"[Observation {first + j}: '{obs}', Action {first + j}: '{act}']" for j, (obs, act) in enumerate(window)
-    )
-    return GENERIC_TEMPLATE.format(
-        task=task,
-        step_count=step,
-        history_length=len(window),
-        history=history,
-        current_step=step + 1,
-        observation=observation,
-        admissible=actions,
-    )
+    return _with_history(GENERIC_TEMPLATE_NO_HIS, GENERIC_TEMPLATE, task, observation, window, step, actions)
 
 
 def _compact(task, observation, admissible, window, step, actions_text=None) -> str:
