@@ -83,6 +83,8 @@ class SeededEnvConfig(EnvConfig):
     seed_base: int = checked(0, Ge(0))
     # where the env lists no actions: draws of its sample_random_action() shown as candidates
     random_candidates: int = checked(8, Ge(1))
+    # env: the environment's own rewards; success: 1 on the winning step, 0 elsewhere (docs/environments.md)
+    reward: str = checked("env", ("env", "success"))
 
 
 @dataclass

@@ -101,6 +101,7 @@ def build(env_cfg: Any):
         kwargs={"env_id": env_id, **kwargs},
         reply_format="boxed",
         success_text=WIN_ANNOUNCEMENT,
+        reward=env_cfg.reward,
         random_candidates=int(env_cfg.random_candidates),
         anchor="board",
     )

@@ -20,6 +20,8 @@ agentrl builds the task suite around it:
   ``admissible_actions`` attribute or method, or an ``action_space`` that is a list of str); else, where it has
   ``sample_random_action()``, the distinct values of ``env.random_candidates`` draws of it are shown as
   candidates, in natural order (the random policy plays one of them uniformly). With neither, no random policy can play it.
+- Rewards are the environment's (``env.reward=env``), or 1 on the winning step and 0 elsewhere
+  (``env.reward=success``: where an environment's progress rewards pay a lost episode nearly as much as a won one).
 - The GiGPO anchor is ``info["state_key"]`` where the environment gives one, else the observation text.
 - ``info["suffix"]`` (GEM's convention: the board) is shown after the observation.
 
@@ -58,6 +60,7 @@ class GymSettings:
     reply_format: str = "action"
     success_reward: float | None = None
     success_text: str | None = None  # a terminating step whose observation starts with this text wins
+    reward: str = "env"  # env: the environment's own rewards; success: 1 on the winning step, else 0
     max_steps: int = 50
     random_candidates: int = 8
     anchor: str = "state"  # state: info["state_key"], else the text; board: a several-line suffix, else the text
@@ -177,7 +180,8 @@ class GymTextEnv:
         won = self._won(info, text, float(reward), bool(terminated), bool(truncated))
         self._done = bool(terminated) or bool(truncated) or won or self._steps >= self.settings.max_steps
         accepted = self._listed is None or unbox(action) in self._listed
-        return Step(self._observe(text, info), float(reward), self._done, won, accepted)
+        paid = float(won) if self.settings.reward == "success" else float(reward)
+        return Step(self._observe(text, info), paid, self._done, won, accepted)
 
     def _won(self, info: dict, text: str, reward: float, terminated: bool, truncated: bool) -> bool:
         for key in SUCCESS_KEYS:
@@ -376,6 +380,7 @@ def build(env_cfg: Any) -> GymTextSuite:
         reply_format=env_cfg.reply_format,
         success_reward=env_cfg.success_reward,
         success_text=env_cfg.success_text,
+        reward=env_cfg.reward,
         random_candidates=int(env_cfg.random_candidates),
         anchor="state",
     )

@@ -102,8 +102,9 @@ def _source_fingerprint(env_name: str) -> str:
     return digest.hexdigest()
 
 
-# How environments are run, not what they show: these keys do not change the model that is built.
-RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_share")
+# How environments are run and what they pay, not what they show: these keys do not change the model that is built
+# (its warm-up imitates random play, whatever the rewards).
+RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_share", "reward")
 
 
 # Where a model is kept, not what it is.

@@ -82,6 +82,12 @@ def test_a_partial_reward_at_the_limit_is_not_success_but_the_threshold_is():
     assert play(suite, ["right"] * 3)[-1].won
 
 
+def test_env_reward_success_pays_the_win_only():
+    suite = build(env_cfg("tests.envs.toy_gym:make_partial", success_reward=1.0, reward="success"))
+    assert [s.reward for s in play(suite, ["left"] * 6)] == [0.0] * 6  # the env's 0.5 at its limit is not paid
+    assert [s.reward for s in play(suite, ["right"] * 3)] == [0.0, 0.0, 1.0]
+
+
 def test_without_a_list_the_random_action_gives_the_candidates():
     suite = build(env_cfg("tests.envs.toy_gym:make_unlisted"))
     first = suite.make_env().reset(Task("t", "toy", seed=0))
