@@ -17,6 +17,11 @@ from agentrl.hydra_paths import config_dir
 
 CONF = config_dir()
 GROUP_PREFIX = {"algo": "+", "debug": "+"}  # groups outside the defaults list are appended
+# options with a key that has no default: composing them needs it (without it: one line, tests/test_bad_input.py)
+REQUIRED_KEYS = {
+    ("env", "gym"): ["env.factory=tests.envs.toy_gym:make_corridor"],
+    ("env", "gem"): ["env.id=game:Sokoban-v0-easy"],
+}
 
 
 def _options(group: str) -> list[str]:
@@ -28,7 +33,8 @@ ALL_OPTIONS = [(g, o) for g in ("env", "model", "algo", "hardware", "logger", "d
 
 @pytest.mark.parametrize("group,option", ALL_OPTIONS)
 def test_every_config_option_composes(hydra_conf, group, option):
-    cfg = typed(compose(config_name="train", overrides=[f"{GROUP_PREFIX.get(group, '')}{group}={option}"]))
+    overrides = [f"{GROUP_PREFIX.get(group, '')}{group}={option}", *REQUIRED_KEYS.get((group, option), [])]
+    cfg = typed(compose(config_name="train", overrides=overrides))
     if group == "hardware" and not option.startswith("cpu"):
         assert (
             cfg.hardware.device.value == "cuda"
@@ -68,7 +74,7 @@ def test_tiny_recipe_survives_the_algo_preset(hydra_conf):
     [
         (["trainer.iteratons=5"], "did you mean trainer.iterations"),
         (["sed=3"], "did you mean seed"),
-        (["env=nowhere"], "available: alfworld, household"),
+        (["env=nowhere"], "available: alfworld, gem, gym, household"),
         (["+algo=nope"], "available: arpo, epo, gigpo, grpo"),
         (["trainer.iterations=abc"], "trainer.iterations"),
         (["algo.norm=bogus"], "expected one of [none, std]"),

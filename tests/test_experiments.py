@@ -20,7 +20,9 @@ from tests.conftest import REPO, hydra_initialized
 EXPERIMENTS = REPO / "conf" / "experiment"
 # agentrl's own recipes (not a paper's reproduction): no reference values or source lines, see their own test below
 OWN_RECIPES = ("smollm2_household", "smollm2_household_cpu")
-RECIPES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml") if p.stem not in OWN_RECIPES)
+# agentrl's recipes of the tiny model on worlds agentrl did not make (env=gem): the tiny recipe on another env
+TINY_RECIPES = ("gem_guessthenumber", "gem_sokoban")
+RECIPES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml") if p.stem not in OWN_RECIPES + TINY_RECIPES)
 REFERENCES = ("verl-agent", "EPO", "ARPO")  # the repositories a recipe may name as its source
 
 # verl-agent's ALFWorld scripts and the ppo_trainer.yaml defaults they inherit (docs/reproducing.md)
@@ -188,6 +190,17 @@ def test_an_own_recipe_composes_names_its_commands_and_leaves_the_hardware(name)
     template = raw.get("env", {}).get("prompt_template")
     if template is not None:  # the warm start learns the prompts the recipe plays with
         assert sft_lines and all(f"env.prompt_template={template}" in line for line in sft_lines), sft_lines
+
+
+@pytest.mark.parametrize("name", TINY_RECIPES)
+def test_a_tiny_recipe_composes_on_gem_names_its_command_and_leaves_the_hardware(name):
+    cfg = composed(name)
+    check_config(cfg)
+    assert cfg.model.name == "tiny" and cfg.env.name == "gem" and cfg.env.id.startswith("game:")
+    assert re.search(rf"^# agentrl train \+experiment={re.escape(name)}\b", "\n".join(header(name)), re.M)
+    raw = OmegaConf.load(EXPERIMENTS / f"{name}.yaml")
+    assert "hardware" not in raw and "rollout" not in raw
+    assert "\n## GEM\n" in (REPO / "docs" / "benchmarks.md").read_text()  # where its status line points
 
 
 @pytest.mark.parametrize("hardware", [None, "gpu"])

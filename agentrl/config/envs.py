@@ -96,8 +96,8 @@ class GymEnvConfig(SeededEnvConfig):
     reply_format: str = checked("action", REPLY_FORMATS)  # action: <action>X</action>; boxed: \\boxed{X}
     # success where no info flag (is_success, success, won) says: a terminating, not truncated step with at least
     # this reward, or whose observation starts with success_text
-    success_reward: float | None = None
-    success_text: str | None = None
+    success_reward: float | None = checked(None)  # any number
+    success_text: str | None = checked(None, MinLen(1))
 
 
 @dataclass
