@@ -38,7 +38,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.envs.base import Observation, Step, Task
@@ -336,7 +336,7 @@ def checked_suite(
         limit = max_steps or env_max_steps(probe._env)
         if limit is None:
             raise UserError(f"{what} states no episode limit (max_turns, max_steps): set env.max_steps")
-        settings = GymSettings(**{**settings.__dict__, "max_steps": int(limit)})
+        settings = replace(settings, max_steps=int(limit))
         probe.settings = settings
         try:
             first = probe.reset(Task(task_id="probe", task_type=label, seed=int(env_cfg.seed_base)))
