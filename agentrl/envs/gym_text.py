@@ -31,24 +31,20 @@ makes one environment first and checks it, so that a broken factory is one line 
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
-import os
 import re
-import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentrl.envs.base import Observation, Step, Task
+from agentrl.envs.gym_factory import make_object, needs_network, one_line
 from agentrl.errors import UserError
 
 SPLITS = ("train", "eval_in_distribution", "eval_out_of_distribution")
 SUCCESS_KEYS = ("is_success", "success", "won")
 ACTION_LIST_KEYS = ("admissible_actions", "valid_actions", "legal_actions")
-# Exceptions whose presence in a failed reset's chain says the environment reached for the network.
-NETWORK_ERRORS = ("URLError", "ConnectionError", "gaierror", "HTTPError", "Timeout", "ConnectTimeout")
 
 
 @dataclass(frozen=True)
@@ -64,60 +60,6 @@ class GymSettings:
     max_steps: int = 50
     random_candidates: int = 8
     anchor: str = "state"  # state: info["state_key"], else the text; board: a several-line suffix, else the text
-
-
-def load_factory(spec: str) -> Callable[..., Any]:
-    """The callable `spec` ("module:callable", the module importable or a .py file in the working directory)
-    names; UserError in one line where it does not import or is not callable."""
-    module_name, sep, attr = spec.partition(":")
-    if not sep or not module_name or not attr:
-        raise UserError(f"env.factory={spec!r} is not MODULE:CALLABLE (e.g. my_envs:make_env)")
-    if os.getcwd() not in sys.path:  # a file in the working directory is enough, as the docs promise
-        sys.path.append(os.getcwd())
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:
-        raise UserError(f"env.factory={spec!r}: module {module_name!r} does not import: {_one_line(err)}") from None
-    target: Any = module
-    for part in attr.split("."):
-        target = getattr(target, part, None)
-        if target is None:
-            raise UserError(f"env.factory={spec!r}: {module_name!r} has no {attr!r}")
-    if not callable(target):
-        raise UserError(f"env.factory={spec!r} is a {type(target).__name__}, not a callable that returns an env")
-    return target
-
-
-def make_object(settings: GymSettings, kwargs: dict) -> Any:
-    """One environment object from the factory; UserError where it fails or lacks reset/step."""
-    factory = load_factory(settings.factory)
-    try:
-        env = factory(**kwargs)
-    except Exception as err:
-        raise UserError(f"env.factory={settings.factory}(**{kwargs}) raised {_one_line(err)}") from None
-    missing = [name for name in ("reset", "step") if not callable(getattr(env, name, None))]
-    if missing:
-        raise UserError(
-            f"env.factory={settings.factory} returned a {type(env).__name__} without {' and '.join(missing)}(): "
-            "it needs reset(seed=...) -> (observation, info) and step(text) -> (observation, reward, terminated, "
-            "truncated, info)"
-        )
-    return env
-
-
-def _one_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0].strip()}" if text else type(err).__name__
-
-
-def needs_network(err: BaseException) -> bool:
-    """Whether an exception (or one it came from) is a failed network fetch: a download at reset, offline."""
-    seen = 0
-    while err is not None and seen < 10:
-        if type(err).__name__ in NETWORK_ERRORS or "nltk" in str(err).lower() or "urlopen" in str(err).lower():
-            return True
-        err, seen = err.__cause__ or err.__context__, seen + 1
-    return False
 
 
 def natural_order(text: str) -> tuple:
@@ -148,7 +90,7 @@ class GymTextEnv:
         if self._env is None or self._built_for != which:
             self.close()
             kwargs = self.ood_kwargs if which == "ood" else self.settings.kwargs
-            self._env, self._built_for = make_object(self.settings, dict(kwargs or {})), which
+            self._env, self._built_for = make_object(self.settings.factory, dict(kwargs or {})), which
         result = self._env.reset(seed=task.seed)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise TypeError(f"reset returned {type(result).__name__}, not (observation, info)")
@@ -332,7 +274,7 @@ def checked_suite(
     before anything is built."""
     probe = GymTextEnv(settings)
     try:
-        probe._env, probe._built_for = make_object(settings, dict(settings.kwargs)), "in"
+        probe._env, probe._built_for = make_object(settings.factory, dict(settings.kwargs)), "in"
         limit = max_steps or env_max_steps(probe._env)
         if limit is None:
             raise UserError(f"{what} states no episode limit (max_turns, max_steps): set env.max_steps")
@@ -345,14 +287,14 @@ def checked_suite(
         except Exception as err:
             if needs_network(err):
                 raise UserError(
-                    f"{what} cannot run here: its reset fetches data from the network ({_one_line(err)})"
+                    f"{what} cannot run here: its reset fetches data from the network ({one_line(err)})"
                 ) from None
-            raise UserError(f"{what}: reset(seed={env_cfg.seed_base}) failed: {_one_line(err)}") from None
+            raise UserError(f"{what}: reset(seed={env_cfg.seed_base}) failed: {one_line(err)}") from None
         problem = None
         if not first.admissible_actions:
             problem = (
                 f"{what} lists no actions and has no sample_random_action(), so no random policy can play it "
-                "(the tiny model's warm-up and agentrl eval --random need one): use a pretrained model= "
+                "(model=tiny's warm-up, agentrl eval --random and sft.random_episodes need one): use a pretrained model= "
                 "(agentrl models list)"
             )
     finally:

@@ -145,9 +145,7 @@ def evaluate_from_config(cfg: Any) -> float:
         policy = _checkpoint_policy(cfg, checkpoint, trained, sampling, scratch, eval_cfg.seed)
         policy_name = str(checkpoint)
     else:
-        if problem := getattr(suite, "random_policy_problem", None):
-            raise UserError(problem)
-        policy, policy_name = RandomPolicy(eval_cfg.seed), "random admissible policy"
+        policy, policy_name = RandomPolicy.for_suite(suite, eval_cfg.seed), "random admissible policy"
 
     out_dir = Path(cfg.output) if cfg.output else Path(HydraConfig.get().runtime.output_dir)
     protocol = {

@@ -124,21 +124,11 @@ def build_spec(tiny_cfg: Any, env_cfg: Any) -> dict:
 def _factory_fingerprint(env_cfg: Any) -> str | None:
     """A hash of the source file of a user's env.factory module (env=gym), so that a changed environment builds a
     new model; None where the config names no factory or its module is not found."""
-    import importlib.util
+    from agentrl.envs.gym_factory import factory_source
 
     factory = getattr(env_cfg, "factory", None)
-    if not isinstance(factory, str) or ":" not in factory:
-        return None
-    try:
-        found = importlib.util.find_spec(factory.partition(":")[0])
-    except (ImportError, ValueError):
-        found = None
-    origin = getattr(found, "origin", None)
-    if origin is None and Path(factory.partition(":")[0] + ".py").is_file():  # a file in the working directory
-        origin = factory.partition(":")[0] + ".py"
-    if origin is None or not Path(origin).is_file():
-        return None
-    return hashlib.sha256(Path(origin).read_bytes()).hexdigest()
+    source = factory_source(factory) if isinstance(factory, str) else None
+    return None if source is None else hashlib.sha256(source.read_bytes()).hexdigest()
 
 
 def cache_key(tiny_cfg: Any, env_cfg: Any) -> str:
@@ -226,12 +216,10 @@ def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int,
 def _random_play(suite, env_cfg: Any, tiny_cfg: Any, turns: int, doing: str):
     """The build's demonstrations: about `turns` turns of the random admissible policy on training tasks, both
     drawn with the build's seed (the build plays them, and the shipped build's fingerprint reads their start)."""
-    from agentrl.errors import UserError
     from agentrl.rollout.policies import RandomPolicy
 
-    if problem := getattr(suite, "random_policy_problem", None):  # model=tiny warms up on random play
-        raise UserError(problem)
-    return _play(suite, env_cfg, RandomPolicy(tiny_cfg.seed), "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing)
+    policy = RandomPolicy.for_suite(suite, tiny_cfg.seed)  # one line where no random policy can play the env
+    return _play(suite, env_cfg, policy, "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing)
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):

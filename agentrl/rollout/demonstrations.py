@@ -17,7 +17,7 @@ from agentrl.envs.base import EXPERT_PLAN, Task
 from agentrl.envs.faults import check_fault_share
 from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.collector import PromptSpec, Reply, Turn, collect
-from agentrl.rollout.parsing import ACTION_TAGS, format_reply
+from agentrl.rollout.parsing import format_reply
 
 # Worker processes that play demonstrations on an engine (at least env.num_workers).
 BUILD_WORKERS = max(1, min(os.cpu_count() or 1, 4))
@@ -28,12 +28,6 @@ IN_PROCESS_ENVS = ("household", "household_team")
 def plays_in_process(env_name: str) -> bool:
     """Whether the environment steps in microseconds in this process (no engine, no worker processes)."""
     return env_name in IN_PROCESS_ENVS
-
-
-def action_reply(action: str, reply_format: str = ACTION_TAGS) -> str:
-    """An action as a reply RL parses (rollout/parsing.py): `<action>X</action>` (or the environment's own reply
-    format), no think block."""
-    return format_reply(action, reply_format)
 
 
 class ExpertPolicy:
@@ -47,7 +41,7 @@ class ExpertPolicy:
         self.plans: dict[str, list[str]] = {}
 
     def act(self, turns: list[Turn]) -> list[Reply]:
-        return [Reply(text=action_reply(self._action(turn.task, turn.step), turn.reply_format)) for turn in turns]
+        return [Reply(text=format_reply(self._action(turn.task, turn.step), turn.reply_format)) for turn in turns]
 
     def _action(self, task: Task | None, step: int) -> str:
         if task is None:

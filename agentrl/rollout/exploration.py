@@ -21,7 +21,7 @@ import math
 import torch
 
 from agentrl.rollout.collector import Reply, Turn
-from agentrl.rollout.demonstrations import action_reply
+from agentrl.rollout.parsing import format_reply
 from agentrl.rollout.policies import chat_prompt_ids
 
 
@@ -76,7 +76,7 @@ class AdmissibleProbe:
             actions = list(dict.fromkeys(turn.observation.admissible_actions))
             if len(actions) < 2:
                 continue
-            replies = [action_reply(a, turn.reply_format) for a in actions]
+            replies = [format_reply(a, turn.reply_format) for a in actions]
             entropy, mass = admissible_spread(
                 reply_logprobs(self.model, self.tokenizer, turn.prompt, replies, self.max_prompt_tokens)
             )

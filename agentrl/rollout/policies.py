@@ -147,6 +147,16 @@ class RandomPolicy:
     def __init__(self, seed: int = 0):
         self.rng = random.Random(seed)
 
+    @classmethod
+    def for_suite(cls, suite, seed: int = 0) -> RandomPolicy:
+        """The random policy of a suite's environments; UserError in one line where none can play them (a suite's
+        optional `random_policy_problem`: an environment that lists no actions and samples none)."""
+        from agentrl.errors import UserError
+
+        if problem := getattr(suite, "random_policy_problem", None):
+            raise UserError(problem)
+        return cls(seed)
+
     def act(self, turns: list[Turn]) -> list[Reply]:
         replies = []
         for t in turns:

@@ -113,11 +113,11 @@ def random_demonstrations(suite, cfg: Any) -> list[tuple[str, str]]:
 
     if not cfg.sft.random_episodes:
         return []
-    if problem := getattr(suite, "random_policy_problem", None):
-        raise UserError(f"sft.random_episodes={cfg.sft.random_episodes}: {problem}")
     first = cfg.sft.first_task + cfg.sft.episodes
     tasks = [suite.task("train", within_split(suite, "train", first + i)) for i in range(cfg.sft.random_episodes)]
-    batch = play(suite, cfg.env, RandomPolicy(cfg.seed), tasks, "sft: a random admissible policy plays")
+    batch = play(
+        suite, cfg.env, RandomPolicy.for_suite(suite, cfg.seed), tasks, "sft: a random admissible policy plays"
+    )
     return list(zip(batch.prompt, batch.completion))
 
 

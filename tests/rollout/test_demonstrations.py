@@ -8,8 +8,8 @@ from agentrl.config.envs import HouseholdEnvConfig
 from agentrl.envs.base import has_expert
 from agentrl.envs.household import HouseholdSuite, solve
 from agentrl.rollout.collector import PromptSpec, collect
-from agentrl.rollout.demonstrations import ExpertPolicy, action_reply, play, won_pairs
-from agentrl.rollout.parsing import parse_action
+from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
+from agentrl.rollout.parsing import format_reply, parse_action
 from agentrl.rollout.policies import RandomPolicy
 
 
@@ -27,7 +27,7 @@ def test_the_household_expert_wins_every_task_with_admissible_well_formed_replie
     # each reply is exactly the format RL parses, and carries the plan's action for that turn
     for reply, task_id, step in zip(batch.completion, batch.task_id, batch.step):
         task = next(t for t in tasks if t.task_id == task_id)
-        assert reply == action_reply(solve(task)[step])
+        assert reply == format_reply(solve(task)[step])
         assert parse_action(reply).action == solve(task)[step]
     # an episode lasts exactly its plan
     assert [e.length for e in batch.episodes] == [len(solve(t)) for t in tasks]

@@ -12,8 +12,8 @@ import torch
 from agentrl.envs.base import Observation
 from agentrl.models.tiny import build_tokenizer
 from agentrl.rollout.collector import Reply, Turn
-from agentrl.rollout.demonstrations import action_reply
 from agentrl.rollout.exploration import AdmissibleProbe, admissible_spread, reply_logprobs
+from agentrl.rollout.parsing import format_reply
 from agentrl.rollout.policies import chat_prompt_ids
 from tests.test_supervised import _model
 
@@ -23,7 +23,7 @@ ACTIONS = ["go to fridge 1", "take apple from table 1", "open fridge 1", "look"]
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    return build_tokenizer([PROMPT, *map(action_reply, ACTIONS)] * 8, 400)
+    return build_tokenizer([PROMPT, *map(format_reply, ACTIONS)] * 8, 400)
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def plain_logprob(model, tokenizer, prompt: str, reply: str) -> float:
 
 
 def test_cached_scores_equal_a_plain_forward_for_replies_of_different_lengths(model, tokenizer):
-    replies = [action_reply(a) for a in ACTIONS]
+    replies = [format_reply(a) for a in ACTIONS]
     lengths = {len(tokenizer(r, add_special_tokens=False)["input_ids"]) for r in replies}
     assert len(lengths) > 1  # the batch is padded: the check covers the padding
     scored = reply_logprobs(model, tokenizer, PROMPT, replies, 2048)
@@ -65,7 +65,7 @@ def test_spread_is_one_for_a_uniform_choice_and_zero_for_a_sure_one():
 
 class Fixed:
     def act(self, turns):
-        return [Reply(text=action_reply("look")) for _ in turns]
+        return [Reply(text=format_reply("look")) for _ in turns]
 
 
 def test_probe_plays_as_its_policy_and_skips_turns_without_a_choice(model, tokenizer):
@@ -74,7 +74,7 @@ def test_probe_plays_as_its_policy_and_skips_turns_without_a_choice(model, token
         Turn(prompt=PROMPT, observation=Observation(text="x", admissible_actions=ACTIONS, task_description="t")),
         Turn(prompt=PROMPT, observation=Observation(text="x", admissible_actions=["look"], task_description="t")),
     ]
-    assert [r.text for r in probe.act(turns)] == [action_reply("look")] * 2
+    assert [r.text for r in probe.act(turns)] == [format_reply("look")] * 2
     summary = probe.summary()
     assert len(probe.entropies) == 1 and 0.0 < summary["admissible_entropy"] <= 1.0
     assert 0.0 < summary["admissible_mass"] <= 1.0
