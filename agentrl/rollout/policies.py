@@ -79,25 +79,17 @@ class HFPolicy:
             attention[i, width - len(p) :] = 1
         was_training = self.model.training
         self.model.eval()
-        out = self.model.generate(
-            input_ids=input_ids.to(device),
-            attention_mask=attention.to(device),
-            do_sample=not s.greedy,
-            temperature=None if s.greedy else s.temperature,
-            top_p=None if s.greedy else s.top_p,
-            top_k=None,
-            repetition_penalty=1.0,  # a downloaded Qwen2.5-Instruct's generation_config.json asks for 1.1
-            max_new_tokens=s.max_new_tokens,
-            eos_token_id=self.eos_token_ids,
+        sampled, token_logprobs = generate_with_logprobs(
+            self.model,
+            input_ids.to(device),
+            attention.to(device),
+            s,
+            eos_token_ids=self.eos_token_ids,
             pad_token_id=self.pad_id,
-            output_scores=True,
-            return_dict_in_generate=True,
-            stopping_criteria=_when(self.interrupt),
+            interrupt=self.interrupt,
         )
         if was_training:
             self.model.train()
-        sampled = out.sequences[:, width:]
-        token_logprobs = _sampled_logprobs(out.scores, sampled) if out.scores else None
         sequences = sampled.cpu()
         replies = []
         for i, prompt_ids in enumerate(prompts):
@@ -121,16 +113,103 @@ def _when(interrupt: Callable[[], bool] | None):
     return StoppingCriteriaList([Interrupted()])
 
 
-def _sampled_logprobs(scores, sampled) -> torch.Tensor:
-    """(B, T) behaviour log-probs of the sampled tokens under the (temperature-scaled) sampling distribution.
+def generate_with_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    s: SamplingSpec,
+    eos_token_ids: list[int],
+    pad_token_id: int,
+    interrupt: Callable[[], bool] | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """(B, T) generated ids after the prompt, and (B, T) fp32 behaviour log-probs on the CPU of each under the
+    distribution it was sampled from (None when nothing was generated). Positions after a sequence's end token hold
+    the padding and its log-prob, as `generate` pads them.
 
-    One step at a time, so that no (B, T, vocabulary) tensor is built: with a 150k vocabulary that
-    would be gigabytes per turn.
+    Without `output_scores`, which would keep a fp32 row of the vocabulary per generated token and sequence to the
+    end of the call (128 sequences x 512 tokens x 151,936: 37 GiB), `_SampledLogprobs` takes each step's log-prob as
+    the step goes. transformers puts custom logits processors before its sampling warpers (temperature, top-p:
+    `_get_logits_processor`), so this call builds those warpers itself, in transformers' order, ahead of the
+    recorder, and turns off the warpers a model's generation_config.json could add after it: the sampling is what
+    `SamplingSpec` says, and the recorder sees the scores `generate` samples from, the same tensor `output_scores`
+    kept.
     """
-    steps = [
-        step.float().log_softmax(-1).gather(-1, sampled[:, t : t + 1]).squeeze(-1) for t, step in enumerate(scores)
-    ]
-    return torch.stack(steps, dim=1).cpu()
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
+
+    warpers = []
+    if not s.greedy and s.temperature != 1.0:
+        warpers.append(TemperatureLogitsWarper(s.temperature))
+    if not s.greedy and s.top_p < 1.0:
+        warpers.append(TopPLogitsWarper(s.top_p))
+    recorder = _SampledLogprobs()
+    sequences = model.generate(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        do_sample=not s.greedy,
+        logits_processor=LogitsProcessorList([*warpers, recorder]),
+        # generate's own warpers, and what runs after custom processors, all off: the warpers above replace
+        # temperature and top_p, and any later one would change the distribution after the recorder saw it
+        temperature=None,
+        top_p=None,
+        top_k=None,
+        min_p=None,
+        top_h=None,
+        typical_p=None,
+        epsilon_cutoff=None,
+        eta_cutoff=None,
+        watermarking_config=None,
+        renormalize_logits=False,
+        repetition_penalty=1.0,  # a downloaded Qwen2.5-Instruct's generation_config.json asks for 1.1
+        max_new_tokens=s.max_new_tokens,
+        eos_token_id=eos_token_ids,
+        pad_token_id=pad_token_id,
+        stopping_criteria=_when(interrupt),
+        # the ids alone: a generation_config.json asking for scores or logits would keep them all again, and a
+        # returned dict would keep the key/value cache alive past the call
+        output_scores=False,
+        output_logits=False,
+        return_dict_in_generate=False,
+    )
+    sampled = sequences[:, input_ids.shape[1] :]
+    return sampled, recorder.finish(sampled)
+
+
+class _SampledLogprobs:
+    """A logits processor, last in the list, that keeps only the sampled tokens' log-probs.
+
+    Each call gets the scores the next token is sampled from; the token is known at the next call, the last of
+    `input_ids`, so the processor holds a reference to the step's scores until then (`generate` holds the same
+    tensor until its next step: nothing more is kept) and then keeps one value per sequence. The log-softmax of the
+    whole step, then a gather, is what `output_scores` rows were turned into, so the values are the same to the bit.
+    """
+
+    def __init__(self):
+        self.steps: list[torch.Tensor] = []  # (B,) per generated token whose id was known
+        self.pending: torch.Tensor | None = None  # (B, V) scores of the step whose token is not yet known
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if self.pending is not None:
+            self.steps.append(_logprob_of(self.pending, input_ids[:, -1]))
+        self.pending = scores
+        return scores
+
+    def finish(self, sampled: torch.Tensor) -> torch.Tensor | None:
+        """(B, T) log-probs of `sampled`: the last token's from the step still pending. A deferred stop check
+        (transformers' `DeferredStopCheck`, on MPS) can run a step that `generate` then drops: only T are kept."""
+        length = sampled.shape[1]
+        if len(self.steps) < length and self.pending is not None:
+            self.steps.append(_logprob_of(self.pending, sampled[:, len(self.steps)]))
+        self.pending = None
+        if not length:
+            return None
+        if len(self.steps) < length:  # a generate loop that samples without calling its processors
+            raise RuntimeError(f"generate returned {length} tokens but scored {len(self.steps)}")
+        return torch.stack(self.steps[:length], dim=1).cpu()
+
+
+def _logprob_of(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """(B,) log-softmax of one step's (B, V) scores at each row's token: one fp32 row per sequence, while it lasts."""
+    return scores.float().log_softmax(-1).gather(-1, tokens[:, None]).squeeze(-1)
 
 
 def _cut_at_eos(ids: list[int], eos_ids: list[int]) -> list[int]:
