@@ -6,7 +6,7 @@ gradients are freed, `zero_grad(set_to_none=True)`, before the next rollout):
 
     peak = runtime + weights + optimizer + reference + vllm + max(update, generation)
     update = gradients + activations + lm_head
-    generation = kv_cache + scores + prefill + bf16_weights
+    generation = kv_cache + logprob_row + prefill + bf16_weights
 
 Each term is a pure function below, its formula in its docstring. The shapes are a Hugging Face config.json's
 (`ModelShape`); the sizes the config's (`Workload`). Sizes in bytes; b is the bytes of one value in
@@ -217,10 +217,11 @@ def kv_cache(shape: ModelShape, w: Workload) -> int:
     return 2 * shape.num_layers * shape.kv_width * w.bytes_per_value * w.generation_rows * w.row_tokens
 
 
-def scores(shape: ModelShape, w: Workload) -> int:
-    """The rollout asks generate for its scores (the sampled tokens' log-probs): one fp32 row of V per generated
-    token, kept to the end of the call: rows * max_new * V * 4."""
-    return w.generation_rows * w.max_new_tokens * shape.vocab_size * FP32
+def logprob_row(shape: ModelShape, w: Workload) -> int:
+    """The behaviour log-probs (agentrl/rollout/policies.py, `generate_with_logprobs`) are taken step by step: one
+    fp32 log-softmax row of V per sequence, while the step's sampled token's value is read from it: rows * V * 4.
+    (Generate's own per-step rows, the logits and the probabilities it samples from, are not counted.)"""
+    return w.generation_rows * shape.vocab_size * FP32
 
 
 def prefill(shape: ModelShape, w: Workload) -> int:
@@ -242,7 +243,7 @@ class MemoryPlan:
 
     terms: dict[str, int] = field(default_factory=dict)
     update: tuple[str, ...] = ("gradients", "activations", "lm_head")
-    generation: tuple[str, ...] = ("kv_cache", "scores", "prefill", "bf16_weights")
+    generation: tuple[str, ...] = ("kv_cache", "logprob_row", "prefill", "bf16_weights")
 
     @property
     def update_bytes(self) -> int:
@@ -276,7 +277,7 @@ def plan(shape: ModelShape, w: Workload) -> MemoryPlan:
             "activations": activations(shape, w),
             "lm_head": lm_head(shape, w),
             "kv_cache": kv_cache(shape, w),
-            "scores": scores(shape, w),
+            "logprob_row": logprob_row(shape, w),
             "prefill": prefill(shape, w),
             "bf16_weights": bf16_weights(shape, w),
         }
