@@ -24,6 +24,8 @@ agentrl builds the task suite around it:
   (``env.reward=success``: where an environment's progress rewards pay a lost episode nearly as much as a won one).
 - The GiGPO anchor is ``info["state_key"]`` where the environment gives one, else the observation text.
 - ``info["suffix"]`` (GEM's convention: the board) is shown after the observation.
+- An environment with an ``expert_plan()`` method (the actions that win the episode just reset) is an expert that
+  ``agentrl sft`` clones.
 
 The factory runs where the environment lives (a worker process too), at a slot's first reset; the suite's build
 makes one environment first and checks it, so that a broken factory is one line before anything is built.
@@ -214,8 +216,11 @@ class GymTextSuite:
         seed_base: int = 0,
         ood_kwargs: dict | None = None,
         random_policy_problem: str | None = None,
+        has_expert: bool = False,
     ):
         self.name, self.settings, self.ood_kwargs = name, settings, ood_kwargs
+        if has_expert:  # only then: has_expert(suite) in agentrl/envs/base.py reads the attribute's presence
+            self.expert_plan = self._expert_plan
         self.splits = SPLITS if ood_kwargs is not None else SPLITS[:2]
         self.eval_split = "eval_in_distribution"
         self.task_types = (label,)
@@ -239,6 +244,15 @@ class GymTextSuite:
 
     def make_env(self) -> GymTextEnv:
         return GymTextEnv(self.settings, self.ood_kwargs)
+
+    def _expert_plan(self, task: Task) -> list[str]:
+        """The environment's own `expert_plan()` for the task's seed, read on a fresh environment just reset."""
+        env = self.make_env()
+        try:
+            env.reset(task)
+            return [unbox(str(action)) for action in env._env.expert_plan()]
+        finally:
+            env.close()
 
     def _check(self, split: str) -> None:
         if split not in self.splits:
@@ -290,6 +304,7 @@ def checked_suite(
                     f"{what} cannot run here: its reset fetches data from the network ({one_line(err)})"
                 ) from None
             raise UserError(f"{what}: reset(seed={env_cfg.seed_base}) failed: {one_line(err)}") from None
+        expert = callable(getattr(probe._env, "expert_plan", None))
         problem = None
         if not first.admissible_actions:
             problem = (
@@ -308,6 +323,7 @@ def checked_suite(
         int(env_cfg.seed_base),
         ood_kwargs,
         problem,
+        expert,
     )
 
 

@@ -83,7 +83,7 @@ def require_expert(suite, env_name: str) -> None:
     if not has_expert(suite):
         raise UserError(
             f"env={env_name} has no expert for agentrl sft: its task suite defines no expert_plan(task) "
-            "(docs/environments.md, 'Experts')"
+            "(env=gym: the environment object has no expert_plan() method; docs/environments.md, 'Experts')"
         )
 
 

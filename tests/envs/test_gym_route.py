@@ -114,6 +114,20 @@ def test_a_random_policy_plays_it_through_the_collector():
     assert "<action> </action> tags" in batch.prompt[0] and "Reach the door" in batch.prompt[0]
 
 
+def test_an_env_with_an_expert_plan_is_an_expert_that_sft_plays():
+    from agentrl.config.sft import SftConfig, SftRunConfig
+    from agentrl.envs.base import has_expert
+    from agentrl.train.sft import expert_demonstrations
+
+    suite = build(env_cfg())
+    assert has_expert(suite) and suite.expert_plan(suite.task("train", 0)) == ["right"] * 3
+    cfg = SftRunConfig(env=env_cfg(), sft=SftConfig(episodes=4))
+    pairs, expert = expert_demonstrations(suite, cfg)
+    assert expert == {"expert_episodes": 4, "expert_success": 1.0}
+    assert len(pairs) == 3 + 2 + 3 + 2 and all(reply == "<action>right</action>" for _, reply in pairs)  # seeds 0-3
+    assert not has_expert(build(env_cfg("tests.envs.toy_gym:make_no_sample")))
+
+
 @pytest.mark.parametrize(
     ("factory", "says"),
     [

@@ -38,6 +38,10 @@ class Corridor:
     def sample_random_action(self) -> str:
         return random.choice(["left", "right"])
 
+    def expert_plan(self) -> list[str]:
+        """The expert's actions from the position just reset: right to the door."""
+        return ["right"] * (self.length - self.pos)
+
     def _info(self) -> dict:
         return {"state_key": self.pos} if self.keyed else {}
 
@@ -65,9 +69,10 @@ def make_partial(**kwargs) -> PartialReward:
 
 
 class NoSample(Corridor):
-    """Neither lists actions nor samples one: no random policy can play it."""
+    """Neither lists actions nor samples one: no random policy can play it. No expert either."""
 
     sample_random_action = None
+    expert_plan = None
 
     def __init__(self, **kwargs):
         super().__init__(listed=False, **kwargs)
