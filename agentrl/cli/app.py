@@ -175,6 +175,7 @@ def config(ctx: typer.Context) -> None:
     from agentrl.config.checks import host_problem
     from agentrl.errors import UserError
     from agentrl.memory.check import plan_table, plan_text
+    from agentrl.train.machines import describe as describe_machines
 
     with user_errors():
         command = parse_args(list(ctx.args))
@@ -186,6 +187,7 @@ def config(ctx: typer.Context) -> None:
         cfg, _ = preflight_groups("train", command.overrides)
         console = Console()
         console.print(Syntax(OmegaConf.to_yaml(cfg), "yaml", theme="ansi_dark", background_color="default"))
+        typer.echo(describe_machines(cfg.hardware))
         if console.is_terminal:
             console.print(plan_table(cfg))
         else:  # piped: plain lines, not wrapped to 80 columns

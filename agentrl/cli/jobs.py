@@ -67,6 +67,10 @@ class Jobs:
         except Stopped as stop:
             if not (multirun and os.environ.get("SUBMITIT_EXECUTOR")):
                 raise
+            if int(os.environ.get("SLURM_PROCID", "0") or 0) > 0:
+                # a node other than the first of a job on several: the first task records the job and requeues it
+                print(str(stop), file=sys.stderr, flush=True)
+                return None
             self._record(hc, stop)
             return None
         except Exception as err:  # UserError included: in a multirun every failure is recorded

@@ -252,12 +252,16 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     register_configs()
     command = parse_args(args)
     made: list[Path] = []
+    quiet: list[str] = []  # what a job on a machine other than machine 0 leaves out of the shared run folder
     if command.runs_job:
         make_folder = not command.parsed.cfg  # --cfg prints the config; Hydra makes no folder for it
         name = command.parsed.config_name or config_name
         overrides = with_config_dir(command.overrides, command.parsed.config_dir)
-        _, group = preflight_groups(name, overrides, command.parsed.multirun, make_folder, made)
+        job, group = preflight_groups(name, overrides, command.parsed.multirun, make_folder, made)
         command = command._replace(overrides=overriding(command.overrides, group))
+        hardware = getattr(job, "hardware", None)
+        if hardware is not None and hardware.num_machines > 1 and hardware.machine_rank > 0:
+            quiet = ["hydra.output_subdir=null"]  # machine 0's job writes the run folder's .hydra/
     sweep_dir = made[0] if made and command.parsed.multirun else None
     pinned = [f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"] if sweep_dir is not None else []
     if any(o.startswith("hydra.sweep.dir=") for o in command.overrides):
@@ -268,7 +272,7 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
     full_error = command.parsed.multirun and "HYDRA_FULL_ERROR" not in os.environ
     jobs = Jobs(entry, full_error_set=full_error)
     saved_argv = sys.argv
-    sys.argv = [f"agentrl {config_name}", *command.flags, *command.overrides, *pinned]
+    sys.argv = [f"agentrl {config_name}", *command.flags, *command.overrides, *pinned, *quiet]
     if full_error:
         os.environ["HYDRA_FULL_ERROR"] = "1"
     started = time.time()

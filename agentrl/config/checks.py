@@ -5,7 +5,8 @@ with one line before anything is built:
   ``valid(...)``), applied by pydantic; non-finite floats are refused everywhere;
 - ``check_cross_fields``: the rules between fields, all here: a group size of 1 with a group-based estimator,
   heads that must divide the hidden size, a setting that cannot apply (an EPO key with the entropy bonus, a vLLM
-  key with the hf backend), a precision or strategy that needs GPUs on a CPU profile;
+  key with the hf backend), a precision or strategy that needs GPUs on a CPU profile, the ranks and places of
+  several machines (config/machines.py);
 - ``check_host``: what this machine must have for the run (vLLM and its build, CUDA, enough GPUs, the accelerate
   config file). Only a starting run calls it: a config composes and prints on any machine (`agentrl config`).
 
@@ -20,6 +21,7 @@ from functools import cache
 from typing import Annotated, Any
 
 from agentrl.config.algo import EntropyConfig, GigpoConfig, ReplayConfig
+from agentrl.config.machines import check_machines
 from agentrl.config.model import LoraConfig
 from agentrl.config.run import VllmConfig
 from agentrl.config.values import (
@@ -155,6 +157,7 @@ def _shown(value: Any) -> str:
 
 def check_cross_fields(cfg: Any) -> None:
     """The rules that tie fields together, every one of them; each field's own range is check_fields'."""
+    check_machines(cfg.hardware, cfg.rollout)  # first: the number of ranks is read below
     if hasattr(cfg, "trainer"):
         t = cfg.trainer
         if t.group_size == 1:
@@ -324,8 +327,12 @@ def check_host(cfg: Any) -> None:
         gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if gpus == 0:
             raise UserError("hardware.device=cuda needs a CUDA GPU, and this machine has none; use hardware=cpu")
-        if gpus < hw.num_processes:
-            raise UserError(f"hardware.num_processes={hw.num_processes} needs as many GPUs; this machine has {gpus}")
+        here = hw.num_processes // hw.num_machines  # each machine runs its share of the ranks
+        if gpus < here:
+            on_each = f" ({here} on each of hardware.num_machines={hw.num_machines})" if hw.num_machines > 1 else ""
+            raise UserError(
+                f"hardware.num_processes={hw.num_processes} needs as many GPUs{on_each}; this machine has {gpus}"
+            )
     if hw.device == Device.cpu and hw.precision == Precision.bf16 and not native_bf16():
         # without them torch emulates bf16 in fp32 arithmetic, slower than fp32 itself
         raise UserError(

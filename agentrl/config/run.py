@@ -35,13 +35,23 @@ class HardwareConfig:
 
     device: Device = Device.cpu
     precision: Precision = Precision.fp32
-    # training ranks on this machine; > 1: agentrl starts them through accelerate
+    # training ranks of the run, on all its machines together (accelerate's --num_processes); > 1: agentrl starts
+    # them through accelerate, hardware.num_processes / hardware.num_machines on each machine
     num_processes: int = checked(1, Ge(1))
     strategy: Strategy = Strategy.ddp  # with several processes: ddp, DeepSpeed ZeRO-2/3 or FSDP
     accelerate_config: str | None = checked(
         None, MinLen(1)
     )  # an accelerate config file; None: conf/accelerate/<strategy>.yaml
-    main_process_port: int | None = checked(None, PORT)  # rendezvous port; None: a free one
+    # rendezvous port; None: a free one on one machine, 29500 on several (under Slurm, one from the job id)
+    main_process_port: int | None = checked(None, PORT)
+    # Several machines (docs/several_machines.md): one run over num_machines machines that share the run folder's
+    # filesystem; each machine runs `agentrl train` with its own machine_rank (under Slurm, from the job: from_slurm)
+    num_machines: int = checked(1, Ge(1))
+    machine_rank: int = checked(0, Ge(0))  # this machine's place; machine 0 runs global rank 0
+    main_process_ip: str | None = checked(None, MinLen(1))  # machine 0's address, which every machine reaches
+    from_slurm: bool = False  # machine_rank and main_process_ip from the Slurm job (hardware=slurm sets it)
+    # seconds the machines wait for each other at the start; a machine that has not come by then ends the others
+    join_timeout_s: float = checked(600.0, Gt(0))
 
 
 @dataclass

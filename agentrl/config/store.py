@@ -15,9 +15,21 @@ from agentrl.config.run import EvalRunConfig, TrainConfig
 from agentrl.config.sft import SftRunConfig
 
 
+def register_resolvers() -> None:
+    """The interpolations agentrl's configs use beyond OmegaConf's own (idempotent):
+    `${agentrl.per_machine:total,machines}`, each machine's share of a total (conf/hardware/slurm.yaml's GPUs per
+    node), the whole share rounded up so that a total that does not split asks for enough (the checks refuse it)."""
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("agentrl.per_machine"):
+        OmegaConf.register_new_resolver("agentrl.per_machine", lambda total, machines: -(-int(total) // int(machines)))
+
+
 def register_configs() -> None:
-    """Register the schemas with Hydra's ConfigStore (idempotent)."""
+    """Register the schemas with Hydra's ConfigStore (idempotent), and agentrl's resolvers."""
     from hydra.core.config_store import ConfigStore
+
+    register_resolvers()
 
     cs = ConfigStore.instance()
     cs.store(name="train_schema", node=TrainConfig)

@@ -166,8 +166,10 @@ def check_memory(cfg: Any) -> None:
 
 
 def sharing_ranks(cfg: Any) -> int:
-    """How many ranks share one device's memory: on CPU every rank of the machine shares its RAM; a GPU is one rank's."""
-    return cfg.hardware.num_processes if cfg.hardware.device == "cpu" else 1
+    """How many ranks share one device's memory: on CPU every rank of the machine shares its RAM (each machine runs
+    its share of hardware.num_processes); a GPU is one rank's."""
+    hw = cfg.hardware
+    return hw.num_processes // hw.num_machines if hw.device == "cpu" else 1
 
 
 def refusal(cfg: Any, estimate: mp.MemoryPlan, shape: mp.ModelShape, work: mp.Workload, memory: int) -> str:

@@ -70,22 +70,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> list[str]:
-    """`python -m accelerate.commands.launch <flags> -m agentrl.cli train <overrides> hydra.run.dir=<run_dir>`."""
+def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path, machines: Any = None) -> list[str]:
+    """`python -m accelerate.commands.launch <flags> -m agentrl.cli train <overrides> hydra.run.dir=<run_dir>`;
+    `machines` (train/machines.py: this_machine) places this machine among several."""
+    from agentrl.hydra_paths import hydra_quote
+    from agentrl.train.machines import accelerate_flags, this_machine
+
+    machines = this_machine(hardware) if machines is None else machines
     mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[hardware.precision]
     flags = [
-        "--num_processes",
-        str(hardware.num_processes),
-        "--num_machines",
-        "1",
+        *accelerate_flags(machines),
         "--mixed_precision",
         mixed,
         "--dynamo_backend",
         "no",
         "--main_process_port",
-        str(hardware.main_process_port or free_port()),
+        str(machines.port or free_port()),
     ]
-    from agentrl.hydra_paths import hydra_quote
 
     cfg_file = config_file(hardware)
     if cfg_file is not None:
@@ -95,6 +96,8 @@ def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path) -> li
         # (accelerate's own --cpu flag would start a single process).
         flags.append("--multi_gpu")
     job_args = [o for o in overrides if not o.startswith("hydra.run.dir=")]
+    if machines.rank > 0:
+        job_args.append("hydra.output_subdir=null")  # machine 0's ranks write the run folder's .hydra/
     return [
         sys.executable,
         "-m",
@@ -115,18 +118,34 @@ def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
     stop through the run folder (agentrl/train/stopping.py), and they stop together after the iteration in
     progress. A second Ctrl-C ends them at once; so does this process's death (each rank watches it)."""
     from agentrl.errors import Stopped
+    from agentrl.train import machines as several
     from agentrl.train import stopping
 
-    command = launch_command(cfg.hardware, overrides, run_dir)
-    print(
-        f"launching {cfg.hardware.num_processes} ranks ({cfg.hardware.strategy}) through accelerate; "
-        f"run folder {run_dir}",
-        flush=True,
-    )
+    machines = several.this_machine(cfg.hardware)
+    command = launch_command(cfg.hardware, overrides, run_dir, machines)
     result = run_dir / RESULT_FILE
-    result.unlink(missing_ok=True)
     stop_file = run_dir / stopping.STOP_FILE
-    stop_file.unlink(missing_ok=True)
+    if machines.rank == 0:  # the run folder is machine 0's (shared with the others)
+        result.unlink(missing_ok=True)
+        stop_file.unlink(missing_ok=True)
+    if machines.count > 1:
+        print(
+            f"machine {machines.rank} of {machines.count}: waiting up to {machines.join_timeout_s:g} s for the "
+            f"other machines at {machines.main_ip}:{machines.port}",
+            flush=True,
+        )
+        several.join(machines)
+        print(
+            f"launching {machines.per_machine} of the {machines.ranks} ranks ({cfg.hardware.strategy}) on machine "
+            f"{machines.rank} of {machines.count} through accelerate; run folder {run_dir}",
+            flush=True,
+        )
+    else:
+        print(
+            f"launching {cfg.hardware.num_processes} ranks ({cfg.hardware.strategy}) through accelerate; "
+            f"run folder {run_dir}",
+            flush=True,
+        )
     env = {**os.environ, stopping.LAUNCHER_PID: str(os.getpid())}
     proc = subprocess.Popen(command, env=env, start_new_session=True, preexec_fn=_ignore_preemption_signal)
 
@@ -195,10 +214,16 @@ def leave(accelerator: Any) -> NoReturn:
     In that finalization gloo's threads can abort a rank that has finished ("terminate called without an active
     exception", SIGABRT), and the launching process then reports a crash (docs/architecture.md, "How a rank
     ends", has the measurements)."""
+    if accelerator.num_processes > 1:
+        # rank 0 has written RESULT_FILE before any rank ends: the launching process of every machine reads it
+        accelerator.wait_for_everyone()
     accelerator.end_training()  # destroy_process_group: every rank has passed its last collective
     logging.shutdown()  # flushes and closes the handlers (train.log), as an ordinary exit would
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
+    from agentrl.train.machines import exit_last
+
+    exit_last()  # on machine 0 of several: after the other machines' ranks
     os._exit(0)
 
 

@@ -29,7 +29,7 @@ from agentrl.hydra_paths import check_writable
 from agentrl.memory.check import check_memory
 from agentrl.report.curves import plot_run
 from agentrl.run_folder import claim, record_end
-from agentrl.train import distributed, stopping
+from agentrl.train import distributed, machines, stopping
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,14 @@ def run_job(cfg: Any) -> float:
     # the launching process holds the folder for its ranks; nothing is written there before this
     if distributed.is_rank_process():
         faulthandler.enable()  # a rank that dies of a signal (SIGABRT, SIGSEGV) prints where its Python stack was
+        if machines.on_other_machine():
+            machines.keep_off_run_folder(folder)  # global rank 0 writes the run's log
         run = _run_here(cfg)
         # does not return: the outcome is in the run folder. Not after an error (the exception goes on), as the
         # other rank may still be in a collective, and leaving the group then could hang it.
         distributed.leave(run.trainer.accelerator)
+    if machines.this_machine(cfg.hardware).rank > 0:
+        return _launch_other_machine(cfg, list(hydra_cfg.overrides.task), folder)
     lock = claim(folder, cfg)
     try:
         if distributed.needs_launch(cfg.hardware):
@@ -86,6 +90,17 @@ def run_job(cfg: Any) -> float:
     finally:
         lock.release()
     return run.success
+
+
+def _launch_other_machine(cfg: Any, overrides: list[str], folder: Path) -> float:
+    """A machine other than machine 0 launches its share of the ranks into machine 0's run folder (a shared
+    filesystem), which it neither claims nor records in: machine 0's process holds the folder."""
+    from agentrl.models.load import resolve_model_source
+
+    machines.keep_off_run_folder(folder)
+    check_memory(cfg)
+    resolve_model_source(cfg.model, cfg.env)
+    return distributed.launch_ranks(cfg, overrides, folder)
 
 
 def _run_here(cfg: Any) -> Run:
@@ -141,7 +156,8 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
 
     set_seed(cfg.seed)
     if cfg.hardware.device == "cpu":
-        threads = set_torch_threads(cfg.hardware.num_processes)  # every rank of hardware=cpu_ddp shares this machine
+        # the ranks on this machine share its cores (every rank of hardware=cpu_ddp)
+        threads = set_torch_threads(cfg.hardware.num_processes // cfg.hardware.num_machines)
         if main_rank:
             log.info(threads)
         # the ranks of one run start together and would see each other as other work
