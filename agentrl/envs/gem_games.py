@@ -11,6 +11,8 @@ What GEM does that the route is told here (docs/environments.md, "GEM"):
   for each new black peg, Game2048 for each milestone tile, Minesweeper for each cell revealed, Sokoban a
   partial reward at its turn limit), so no reward threshold reads a win.
 - A reply GEM cannot parse ends its episode (GEM's rule, kept).
+- GuessTheNumber has an expert for `agentrl sft` (`EXPERTS`): binary search, whose guesses for the hidden
+  number are a fixed plan; GEM's other games have none.
 - Ids that cannot run offline are refused in one line: the word games that fetch NLTK's corpus at reset, and
   the families that load a data set from the Hugging Face hub. Ids with no random action (Sudoku,
   TowerofHanoi, the reasoning-gym tasks) train a pretrained model; the random baseline and the tiny model's
@@ -45,11 +47,34 @@ BROKEN = {
 NO_RANDOM_ACTION = ("game:Sudoku-", "game:TowerofHanoi-", "rg:")
 
 
+def binary_search_plan(game) -> list[str]:
+    """The guesses binary search makes for GuessTheNumber's hidden number (GEM's `game_number` in
+    `[min_number, max_number]`): the middle of what the answers so far leave, until it is the number. It needs
+    ceil(log2(n + 1)) guesses at most for n numbers: 4 for easy's 1-10, within its 4 turns."""
+    low, high, target, plan = game.min_number, game.max_number, game.game_number, []
+    while True:
+        guess = (low + high) // 2
+        plan.append(str(guess))
+        if guess == target:
+            return plan
+        low, high = (guess + 1, high) if target > guess else (low, guess - 1)
+
+
+# The experts agentrl knows for GEM's games, by id prefix: the actions that win the episode just reset, read from
+# the game's hidden state (as household's expert sees inside closed containers).
+EXPERTS = {"game:GuessTheNumber-": binary_search_plan}
+
+
 def make_gem(env_id: str, **kwargs: Any):
-    """The factory the route calls in every process that holds an environment: ``gem.make(env_id, **kwargs)``."""
+    """The factory the route calls in every process that holds an environment: ``gem.make(env_id, **kwargs)``, with
+    its expert (`EXPERTS`) as the route's `expert_plan()` where the game has one."""
     import gem
 
-    return gem.make(env_id, **kwargs)
+    env = gem.make(env_id, **kwargs)
+    expert = next((plan for prefix, plan in EXPERTS.items() if env_id.startswith(prefix)), None)
+    if expert is not None:
+        env.expert_plan = lambda: expert(getattr(env, "unwrapped", env))
+    return env
 
 
 def registered_ids() -> list[str]:

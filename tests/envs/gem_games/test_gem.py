@@ -100,3 +100,17 @@ def test_a_win_is_gems_announcement_not_a_reward_threshold():
         if step.done:
             break
     assert step.won and step.reward < 1.0 and step.observation.text.startswith("Congratulations!")
+
+
+def test_guess_the_number_has_binary_search_as_its_expert_and_the_others_none():
+    from agentrl.envs.base import has_expert
+    from agentrl.rollout.demonstrations import ExpertPolicy
+
+    suite = suite_of("game:GuessTheNumber-v0-easy")
+    tasks = [suite.task("train", i) for i in range(40)]
+    plans = [suite.expert_plan(task) for task in tasks]
+    assert all(1 <= len(plan) <= 4 for plan in plans) and plans[0][0] == "5"  # the middle of 1-10 first
+    batch = collect(suite, tasks, 1, ExpertPolicy(suite), PromptSpec("generic", 2))
+    assert all(e.won for e in batch.episodes)
+    assert batch.completion[0] == "\\boxed{5}"  # in GEM's reply format
+    assert not has_expert(suite_of("game:Sokoban-v0-easy"))
