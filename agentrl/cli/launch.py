@@ -261,7 +261,10 @@ def run_hydra(config_name: str, args: list[str], entry: Callable) -> None:
         command = command._replace(overrides=overriding(command.overrides, group))
         hardware = getattr(job, "hardware", None)
         if hardware is not None and hardware.num_machines > 1 and hardware.machine_rank > 0:
-            quiet = ["hydra.output_subdir=null"]  # machine 0's job writes the run folder's .hydra/
+            from agentrl.train.machines import OFF_RUN_FOLDER
+
+            # machine 0's job writes the run folder's .hydra/ and log (a rank has them from its launcher already)
+            quiet = [o for o in OFF_RUN_FOLDER if o not in command.overrides]
     sweep_dir = made[0] if made and command.parsed.multirun else None
     pinned = [f"hydra.sweep.dir={hydra_quote(str(sweep_dir))}"] if sweep_dir is not None else []
     if any(o.startswith("hydra.sweep.dir=") for o in command.overrides):

@@ -74,7 +74,7 @@ def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path, machi
     """`python -m accelerate.commands.launch <flags> -m agentrl.cli train <overrides> hydra.run.dir=<run_dir>`;
     `machines` (train/machines.py: this_machine) places this machine among several."""
     from agentrl.hydra_paths import hydra_quote
-    from agentrl.train.machines import accelerate_flags, this_machine
+    from agentrl.train.machines import OFF_RUN_FOLDER, accelerate_flags, this_machine
 
     machines = this_machine(hardware) if machines is None else machines
     mixed = {"fp32": "no", "bf16": "bf16", "fp16": "fp16"}[hardware.precision]
@@ -97,7 +97,7 @@ def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path, machi
         flags.append("--multi_gpu")
     job_args = [o for o in overrides if not o.startswith("hydra.run.dir=")]
     if machines.rank > 0:
-        job_args.append("hydra.output_subdir=null")  # machine 0's ranks write the run folder's .hydra/
+        job_args += OFF_RUN_FOLDER  # machine 0's ranks write the run folder's .hydra/ and log
     return [
         sys.executable,
         "-m",
@@ -112,7 +112,8 @@ def launch_command(hardware: Any, overrides: Sequence[str], run_dir: Path, machi
 
 
 def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
-    """Run the training job on hardware.num_processes ranks and return rank 0's held-out success.
+    """Run the training job on hardware.num_processes ranks (this machine's share of them, with several machines:
+    train/machines.py) and return rank 0's held-out success.
 
     The ranks run in a session of their own, so that a Ctrl-C reaches this process alone: it asks the ranks to
     stop through the run folder (agentrl/train/stopping.py), and they stop together after the iteration in
@@ -179,9 +180,12 @@ def launch_ranks(cfg: Any, overrides: Sequence[str], run_dir: Path) -> float:
         outcome = json.loads(result.read_text())
         stopped = outcome.get("stopped")
         if stopped is not None:
-            request.hand_on_to_submitit(str(stopped["line"]))  # under submitit, its signal requeues the job (and exits)
+            line = str(stopped["line"])
+            if stopped.get("command"):  # rank 0's resume command; each machine's has its own machine_rank
+                line = line.replace(str(stopped["command"]), stopping.resume_command(overrides, run_dir))
+            request.hand_on_to_submitit(line)  # under submitit, its signal requeues the job (and exits)
             signum = request.signum or int(stopped["signal"])
-            raise Stopped(str(stopped["line"]), stopping.exit_code(signum))
+            raise Stopped(line, stopping.exit_code(signum))
         return float(outcome["eval/success"])
     except (OSError, ValueError, KeyError):
         raise UserError(f"the training ranks finished but left no {result}") from None

@@ -30,6 +30,13 @@ from agentrl.errors import UserError
 DEFAULT_PORT = 29500  # accelerate's and torchrun's default, the same on every machine
 SLURM_PORT_BASE = 20000  # under Slurm without a set port: 20000 + the job id modulo 20000, the same on every node
 HELLO = "agentrl-join"
+# Hydra's overrides for a process on a machine other than machine 0: no .hydra/ and no log file of its own in the
+# shared run folder (global rank 0 writes them); its log lines stay on its console
+OFF_RUN_FOLDER = (
+    "hydra.output_subdir=null",
+    "~hydra.job_logging.handlers.file",
+    "hydra.job_logging.root.handlers=[console]",
+)
 
 
 @dataclass(frozen=True)
@@ -153,7 +160,8 @@ def exit_last() -> None:
 
 def keep_off_run_folder(folder: Any) -> None:
     """On a machine other than machine 0: stop this process's log lines from going into the run folder's log file
-    (Hydra's file handler); global rank 0 writes the run's log. The console keeps them."""
+    (Hydra's file handler, where OFF_RUN_FOLDER could not be given: a Slurm task); global rank 0 writes the run's
+    log. The console keeps them."""
     root = logging.getLogger()
     for handler in list(root.handlers):
         filename = getattr(handler, "baseFilename", None)

@@ -251,7 +251,9 @@ def _report_stop(run: Run) -> None:
     )
     if distributed.is_rank_process():  # the launching process says it, and exits with the code
         if run.main_rank:
-            distributed.write_result(run.folder, float("nan"), stopped={"line": line, "signal": signum})
+            distributed.write_result(
+                run.folder, float("nan"), stopped={"line": line, "signal": signum, "command": run.resume_command}
+            )
         return
     if run.main_rank:
         plot_run(run.folder)  # the curves so far

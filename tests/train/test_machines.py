@@ -105,7 +105,7 @@ def test_by_hand_flags(hydra_conf, tmp_path):
     assert _flag(command, "--main_process_ip") == "10.0.0.1"
     assert _flag(command, "--main_process_port") == str(several.DEFAULT_PORT), "the same port on every machine"
     assert _flag(command, "--rdzv_conf") == "timeout=30"
-    assert "hydra.output_subdir=null" in command, "machine 0 writes the run folder's .hydra/"
+    assert set(several.OFF_RUN_FOLDER) <= set(command), "machine 0 writes the run folder's .hydra/ and log"
     machine_0 = launch_command(_cfg([*BY_HAND, "hardware.main_process_port=29555"]).hardware, [], tmp_path)
     assert _flag(machine_0, "--machine_rank") == "0" and _flag(machine_0, "--main_process_port") == "29555"
     assert "hydra.output_subdir=null" not in machine_0
