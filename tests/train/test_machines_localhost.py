@@ -21,6 +21,7 @@ import pytest
 from agentrl.checkpoints import problem
 from agentrl.train.distributed import free_port
 from tests.conftest import cli_env, records_by_iteration
+from tests.train.test_signals import _logged  # the last iteration a run folder has logged
 
 pytestmark = pytest.mark.slow
 
@@ -73,14 +74,6 @@ def _start(rank: int, port: int, extra: list[str], env: dict, cwd: Path) -> subp
 
 def _lines(text: str) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
-
-
-def _logged(run_dir: Path) -> int:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return -1
-    lines = [line for line in path.read_text().splitlines() if line.strip().endswith("}")]
-    return max((json.loads(line)["iteration"] for line in lines), default=-1)
 
 
 def test_two_machines_log_what_one_machine_with_two_ranks_logs(cache_dir, tmp_path):
