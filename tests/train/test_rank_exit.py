@@ -21,6 +21,8 @@ LEAVING_RANK = textwrap.dedent(
     atexit.register(lambda: (folder / "finalized").write_text("the interpreter's exit ran"))
 
     class Accelerator:
+        num_processes = 1  # one rank: no barrier before it leaves
+
         def end_training(self):
             (folder / "left").write_text("end_training")
 
