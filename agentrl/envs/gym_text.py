@@ -26,6 +26,12 @@ agentrl builds the task suite around it:
 - ``info["suffix"]`` (GEM's convention: the board) is shown after the observation.
 - An environment with an ``expert_plan()`` method (the actions that win the episode just reset) is an expert that
   ``agentrl sft`` clones.
+- Each environment has its own python ``random`` and numpy global RNG state (`OwnRandomState`), swapped in around
+  every call into the object and seeded from the task's seed at each reset: GEM seeds both globally at reset and
+  draws its games' chance from them, so in-process episodes played in lockstep would otherwise draw from one
+  stream (one episode's tiles depending on the others' moves) and every reset would reseed the trainer's own RNG.
+  The draws of `sample_random_action()` for the candidates leave the environment's state as it was, so the
+  episode does not depend on how many are drawn, and a plan computed on a copy replays exactly.
 
 The factory runs where the environment lives (a worker process too), at a slot's first reset; the suite's build
 makes one environment first and checks it, so that a broken factory is one line before anything is built.
@@ -35,10 +41,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import random
 import re
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
+
+import numpy as np
 
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.gym_factory import make_object, needs_network, one_line
@@ -77,11 +87,38 @@ def unbox(action: str) -> str:
     return text
 
 
+class OwnRandomState:
+    """One environment's python `random` and numpy global RNG state, swapped in for the calls into it
+    (`active()`); the caller's states are put back after, as they were."""
+
+    def __init__(self, seed: int = 0):
+        self.seed(seed)
+
+    def seed(self, seed: int) -> None:
+        self._py = random.Random(seed).getstate()
+        self._np = np.random.RandomState(int(seed) % 2**32).get_state()
+
+    @contextmanager
+    def active(self, keep: bool = True) -> Iterator[None]:
+        """Within: the environment's states. `keep=False`: what is drawn within leaves them as they were."""
+        caller_py, caller_np = random.getstate(), np.random.get_state()
+        random.setstate(self._py)
+        np.random.set_state(self._np)
+        try:
+            yield
+        finally:
+            if keep:
+                self._py, self._np = random.getstate(), np.random.get_state()
+            random.setstate(caller_py)
+            np.random.set_state(caller_np)
+
+
 class GymTextEnv:
     """One episode at a time of a Gymnasium-style text environment (the AgentEnv protocol)."""
 
     def __init__(self, settings: GymSettings, ood_kwargs: dict | None = None):
         self.settings, self.ood_kwargs = settings, ood_kwargs
+        self.rng = OwnRandomState()
         self._env: Any = None
         self._built_for: str | None = None  # "in" or "ood": which kwargs the object was made with
         self._task_text, self._steps, self._done = "", 0, True
@@ -92,8 +129,11 @@ class GymTextEnv:
         if self._env is None or self._built_for != which:
             self.close()
             kwargs = self.ood_kwargs if which == "ood" else self.settings.kwargs
-            self._env, self._built_for = make_object(self.settings.factory, dict(kwargs or {})), which
-        result = self._env.reset(seed=task.seed)
+            with self.rng.active():
+                self._env, self._built_for = make_object(self.settings.factory, dict(kwargs or {})), which
+        self.rng.seed(task.seed if task.seed is not None else 0)
+        with self.rng.active():
+            result = self._env.reset(seed=task.seed)
         if not (isinstance(result, tuple) and len(result) == 2):
             raise TypeError(f"reset returned {type(result).__name__}, not (observation, info)")
         obs, info = result
@@ -108,7 +148,8 @@ class GymTextEnv:
     def step(self, action: str) -> Step:
         if self._env is None or self._done:
             raise RuntimeError("step() needs a reset() first")
-        result = self._env.step(action)
+        with self.rng.active():
+            result = self._env.step(action)
         if not isinstance(result, tuple) or len(result) not in (4, 5):
             raise TypeError(f"step returned {type(result).__name__}, not (obs, reward, terminated, truncated, info)")
         if len(result) == 5:
@@ -154,7 +195,10 @@ class GymTextEnv:
         listed: Any = next((info[key] for key in ACTION_LIST_KEYS if key in info), None)
         if listed is None:
             attr = getattr(self._env, "admissible_actions", None)
-            listed = attr() if callable(attr) else attr
+            if callable(attr):
+                with self.rng.active():
+                    attr = attr()
+            listed = attr
         if listed is None:
             space = getattr(self._env, "action_space", None)
             if isinstance(space, (list, tuple)) and space and all(isinstance(a, str) for a in space):
@@ -169,7 +213,8 @@ class GymTextEnv:
         if not callable(sample):
             return []
         try:
-            draws = [unbox(str(sample())) for _ in range(self.settings.random_candidates)]
+            with self.rng.active(keep=False):  # the draws leave the episode's chance as it was
+                draws = [unbox(str(sample())) for _ in range(self.settings.random_candidates)]
         except NotImplementedError:
             return []
         # distinct and in a fixed order, so that a state's prompt does not change with the draws' order
@@ -188,11 +233,17 @@ class GymTextEnv:
             return suffix.strip()
         return None  # the observation text
 
+    def expert_plan(self) -> list[str]:
+        """The wrapped environment's `expert_plan()` for the episode just reset, called in its own RNG state."""
+        with self.rng.active():
+            return [unbox(str(action)) for action in self._env.expert_plan()]
+
     def close(self) -> None:
         env, self._env = self._env, None
         if env is not None and callable(getattr(env, "close", None)):
             try:
-                env.close()
+                with self.rng.active():
+                    env.close()
             except Exception:
                 pass
 
@@ -250,7 +301,7 @@ class GymTextSuite:
         env = self.make_env()
         try:
             env.reset(task)
-            return [unbox(str(action)) for action in env._env.expert_plan()]
+            return env.expert_plan()
         finally:
             env.close()
 
@@ -288,7 +339,8 @@ def checked_suite(
     before anything is built."""
     probe = GymTextEnv(settings)
     try:
-        probe._env, probe._built_for = make_object(settings.factory, dict(settings.kwargs)), "in"
+        with probe.rng.active():
+            probe._env, probe._built_for = make_object(settings.factory, dict(settings.kwargs)), "in"
         limit = max_steps or env_max_steps(probe._env)
         if limit is None:
             raise UserError(f"{what} states no episode limit (max_turns, max_steps): set env.max_steps")

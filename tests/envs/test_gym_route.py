@@ -128,6 +128,45 @@ def test_an_env_with_an_expert_plan_is_an_expert_that_sft_plays():
     assert not has_expert(build(env_cfg("tests.envs.toy_gym:make_no_sample")))
 
 
+def test_each_env_has_its_own_global_rng_state_and_leaves_the_callers_as_it_was():
+    import random
+
+    import numpy as np
+
+    suite = build(env_cfg("tests.envs.toy_gym:make_global_dice", kwargs={}))
+
+    def alone(seed):
+        env = suite.make_env()
+        return [env.reset(Task("t", "dice", seed=seed)).text] + [env.step("roll").observation.text for _ in range(5)]
+
+    expected = {seed: alone(seed) for seed in (3, 4, 5)}
+    random.seed(123)
+    np.random.seed(123)
+    caller = (random.getstate(), np.random.get_state())
+    envs = {seed: suite.make_env() for seed in (3, 4, 5)}
+    seen = {seed: [env.reset(Task("t", "dice", seed=seed)).text] for seed, env in envs.items()}
+    for _ in range(5):  # in lockstep, as the collector plays in-process episodes
+        for seed, env in envs.items():
+            seen[seed].append(env.step("roll").observation.text)
+    envs[3]._candidates()  # the candidates' draws and an expert's plan do not touch the caller's state either
+    envs[4].expert_plan()
+    assert seen == expected and len({tuple(v) for v in seen.values()}) == 3
+    assert random.getstate() == caller[0]
+    after = np.random.get_state()
+    assert after[0] == caller[1][0] and (after[1] == caller[1][1]).all() and after[2:] == caller[1][2:]
+
+
+def test_the_candidates_draws_leave_the_episodes_chance_as_it_was():
+    unlisted = {"listed": False}  # the candidates are draws of its sample_random_action()
+    few = build(env_cfg("tests.envs.toy_gym:make_global_dice", kwargs=unlisted, random_candidates=1)).make_env()
+    many = build(env_cfg("tests.envs.toy_gym:make_global_dice", kwargs=unlisted, random_candidates=50)).make_env()
+    for env in (few, many):
+        env.reset(Task("t", "dice", seed=9))
+    assert [few.step("roll").observation.text for _ in range(4)] == [
+        many.step("roll").observation.text for _ in range(4)
+    ]
+
+
 @pytest.mark.parametrize(
     ("factory", "says"),
     [

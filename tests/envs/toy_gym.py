@@ -120,3 +120,39 @@ def make_nothing():
 
 
 NOT_CALLABLE = 3
+
+
+class GlobalDice:
+    """Chance from the process's global RNGs, as GEM's games draw it: reset(seed) seeds python's `random` and
+    numpy's global state (GEM's `set_seed`), and each step rolls both into the observation."""
+
+    max_turns = 5
+
+    def __init__(self, listed: bool = True):
+        if listed:
+            self.action_space = ["roll"]
+        random.random()  # a construction that draws too (GEM's games reset in __init__)
+
+    def reset(self, seed: int | None = None):
+        import numpy as np
+
+        random.seed(seed)
+        np.random.seed(seed)
+        return "Roll the dice.", {}
+
+    def step(self, action: str):
+        import numpy as np
+
+        return f"{random.randint(1, 6)} and {np.random.randint(1, 7)}", 0.0, False, False, {}
+
+    def sample_random_action(self) -> str:
+        random.random()  # draws that must not move the episode's chance
+        return "roll"
+
+    def expert_plan(self) -> list[str]:
+        random.random()
+        return ["roll"]
+
+
+def make_global_dice(**kwargs) -> GlobalDice:
+    return GlobalDice(**kwargs)
