@@ -11,8 +11,9 @@ What GEM does that the route is told here (docs/environments.md, "GEM"):
   for each new black peg, Game2048 for each milestone tile, Minesweeper for each cell revealed, Sokoban a
   partial reward at its turn limit), so no reward threshold reads a win.
 - A reply GEM cannot parse ends its episode (GEM's rule, kept).
-- GuessTheNumber has an expert for `agentrl sft` (`EXPERTS`): binary search, whose guesses for the hidden
-  number are a fixed plan; GEM's other games have none.
+- Two games have an expert for `agentrl sft` (`EXPERTS`): GuessTheNumber binary search, whose guesses for the
+  hidden number are a fixed plan; Game2048 the greedy move (the most empty cells after it), played on a copy of
+  the game in the same RNG state; GEM's other games have none.
 - Ids that cannot run offline are refused in one line: the word games that fetch NLTK's corpus at reset, and
   the families that load a data set from the Hugging Face hub. Ids with no random action (Sudoku,
   TowerofHanoi, the reasoning-gym tasks) train a pretrained model; the random baseline and the tiny model's
@@ -21,7 +22,11 @@ What GEM does that the route is told here (docs/environments.md, "GEM"):
 
 from __future__ import annotations
 
+import copy
+import random
 from typing import Any
+
+import numpy as np
 
 from agentrl.envs.gym_text import GymSettings, checked_suite
 from agentrl.errors import UserError
@@ -60,9 +65,52 @@ def binary_search_plan(game) -> list[str]:
         low, high = (guess + 1, high) if target > guess else (low, guess - 1)
 
 
+# Game2048's moves in the order that breaks the greedy expert's ties: down, then left, keep the big tiles in the
+# bottom-left corner (on 200 held-out seeds of easy, 0.755 won against 0.71 for up-down-left-right).
+GREEDY_2048_ORDER = ("down", "left", "right", "up")
+
+
+def empty_cells(board: list[list[int]]) -> int:
+    return sum(cell == 0 for row in board for cell in row)
+
+
+def greedy_2048_move(game) -> str | None:
+    """The move that leaves the most empty cells once its tiles have merged (before the new tile), ties broken in
+    `GREEDY_2048_ORDER`; None where no move changes the board."""
+    slides = {"up": game._move_up, "down": game._move_down, "left": game._move_left, "right": game._move_right}
+    best, most = None, -1
+    for move in GREEDY_2048_ORDER:
+        board = slides[move]()
+        if board != game.board and empty_cells(board) > most:
+            best, most = move, empty_cells(board)
+    return best
+
+
+def greedy_2048_plan(game) -> list[str]:
+    """Game2048's greedy expert: `greedy_2048_move` at each turn, played on a deep copy of the game just reset, in
+    the RNG state the real game will draw its new tiles from (GEM's global `random`: the environment's own on the
+    route, envs/gym_text.py), so the real game replays it tile for tile. It stops at the win, at a board with no
+    move, or at the turn limit (a plan that does not win: agentrl sft drops its episode)."""
+    saved = random.getstate(), np.random.get_state()
+    try:
+        sim, plan = copy.deepcopy(game), []
+        while len(plan) < sim.max_turns:
+            move = greedy_2048_move(sim)
+            if move is None:
+                break
+            plan.append(move)
+            _, _, terminated, truncated, _ = sim.step(f"\\boxed{{{move}}}")
+            if terminated or truncated:
+                break
+        return plan
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+
+
 # The experts agentrl knows for GEM's games, by id prefix: the actions that win the episode just reset, read from
-# the game's hidden state (as household's expert sees inside closed containers).
-EXPERTS = {"game:GuessTheNumber-": binary_search_plan}
+# the game's hidden state (as household's expert sees inside closed containers) or played on a copy of it.
+EXPERTS = {"game:GuessTheNumber-": binary_search_plan, "game:Game2048-": greedy_2048_plan}
 
 
 def make_gem(env_id: str, **kwargs: Any):

@@ -114,3 +114,24 @@ def test_guess_the_number_has_binary_search_as_its_expert_and_the_others_none():
     assert all(e.won for e in batch.episodes)
     assert batch.completion[0] == "\\boxed{5}"  # in GEM's reply format
     assert not has_expert(suite_of("game:Sokoban-v0-easy"))
+
+
+def test_game2048s_greedy_expert_replays_exactly_through_the_collector():
+    """The plan is played on a copy of the game in its RNG state: played in lockstep with the others through the
+    collector (whose candidates draw GEM's random action), the real games draw the same tiles and end as planned."""
+    from agentrl.envs.gem_games import greedy_2048_move
+    from agentrl.rollout.demonstrations import ExpertPolicy
+
+    suite = suite_of("game:Game2048-v0-easy")
+    tasks = [suite.task("train", i) for i in range(12)]
+    plans = [suite.expert_plan(task) for task in tasks]
+    batch = collect(suite, tasks, 1, ExpertPolicy(suite), PromptSpec("compact", 0))
+    assert [e.length for e in batch.episodes] == [len(p) for p in plans]
+    won = [e.won for e in batch.episodes]
+    assert 6 <= sum(won) < 12 and all(len(p) <= 50 for p in plans)
+    assert batch.completion[0] == f"\\boxed{{{plans[0][0]}}}"
+    env = suite.make_env()  # each move of a plan is the greedy move of the real board it is played on
+    env.reset(tasks[0])
+    for move in plans[0]:
+        assert greedy_2048_move(env._env.unwrapped) == move
+        env.step(f"\\boxed{{{move}}}")
