@@ -113,12 +113,66 @@ def greedy_2048_plan(game) -> list[str]:
 EXPERTS = {"game:GuessTheNumber-": binary_search_plan, "game:Game2048-": greedy_2048_plan}
 
 
-def make_gem(env_id: str, **kwargs: Any):
+class Log2Board:
+    """Game2048 with its board shown as one digit a cell: the tile's log2 (0 for an empty cell; a, b for 1024 and
+    2048), separated by single spaces. GEM's own board pads each cell to four characters, which the tiny model's
+    tokenizer cuts into runs of spaces and digits of varying length, so that one cell's neighbours are a varying
+    number of tokens away; here each cell is one token and the cell below is always eight tokens on. Everything
+    else is GEM's game (the object it wraps)."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name: str):
+        return getattr(self._env, name)
+
+    def reset(self, seed: int | None = None):
+        obs, info = self._env.reset(seed=seed)
+        return obs, self._shown(info)
+
+    def step(self, action: str):
+        *result, info = self._env.step(action)
+        return (*result, self._shown(info))
+
+    def _shown(self, info: dict) -> dict:
+        board = getattr(self._env, "unwrapped", self._env).board
+        rows = "\n".join(" ".join(format(cell.bit_length() - 1, "x") if cell else "0" for cell in row) for row in board)
+        return {**info, "suffix": f"Current board (log2 of each tile, 0 where empty):\n{rows}\nEnter your move."}
+
+
+class WordBoard(Log2Board):
+    """Game2048 with its board shown as words: each row (top to bottom), then each column (left to right), as one
+    word of a letter a cell (a: empty, b: 2, c: 4, ... the tile's log2 from a). Each line of tiles is one word,
+    which the tiny model's tokenizer keeps in a few tokens, so that what a line allows (a slide, a merge) can be
+    read from the line's own tokens; a move along the rows or the columns changes the board where one of their
+    words allows it."""
+
+    def _shown(self, info: dict) -> dict:
+        board = getattr(self._env, "unwrapped", self._env).board
+        letter = [[chr(ord("a") + (cell.bit_length() - 1 if cell else 0)) for cell in row] for row in board]
+        rows = " ".join("".join(row) for row in letter)
+        columns = " ".join("".join(column) for column in zip(*letter))
+        return {**info, "suffix": f"Rows: {rows}\nColumns: {columns}\nEnter your move."}
+
+
+# agentrl's own kwargs of make_gem (not GEM's): how a game's board is shown.
+BOARDS = {"log2": ("game:Game2048-", Log2Board), "words": ("game:Game2048-", WordBoard)}
+
+
+def make_gem(env_id: str, board: str | None = None, **kwargs: Any):
     """The factory the route calls in every process that holds an environment: ``gem.make(env_id, **kwargs)``, with
-    its expert (`EXPERTS`) as the route's `expert_plan()` where the game has one."""
+    its expert (`EXPERTS`) as the route's `expert_plan()` where the game has one. ``board`` (agentrl's, from
+    ``env.kwargs``; not passed to GEM): ``log2`` shows Game2048's board one digit a cell (`Log2Board`), ``words`` its
+    rows and columns as words (`WordBoard`)."""
     import gem
 
     env = gem.make(env_id, **kwargs)
+    if board is not None:
+        prefix, wrapper = BOARDS.get(board, ("", None))
+        if wrapper is None or not env_id.startswith(prefix):
+            shown = ", ".join(f"{name} ({games}*)" for name, (games, _) in BOARDS.items())
+            raise ValueError(f"board={board!r} is not a board of {env_id}; the boards: {shown}")
+        env = wrapper(env)
     expert = next((plan for prefix, plan in EXPERTS.items() if env_id.startswith(prefix)), None)
     if expert is not None:
         env.expert_plan = lambda: expert(getattr(env, "unwrapped", env))

@@ -135,3 +135,39 @@ def test_game2048s_greedy_expert_replays_exactly_through_the_collector():
     for move in plans[0]:
         assert greedy_2048_move(env._env.unwrapped) == move
         env.step(f"\\boxed{{{move}}}")
+
+
+def test_game2048s_log2_board_is_one_digit_a_cell_and_the_same_game():
+    from agentrl.envs.gem_games import make_gem
+
+    suite = suite_of("game:Game2048-v0-easy", kwargs={"board": "log2"})
+    plain = suite_of("game:Game2048-v0-easy")
+    env, gem_env = suite.make_env(), plain.make_env()
+    first = env.reset(Task("t", "2048", seed=5))
+    gem_env.reset(Task("t", "2048", seed=5))
+    rows = first.text.splitlines()[1:5]
+    assert all(len(row.split()) == 4 and all(len(c) == 1 for c in row.split()) for row in rows)
+    for move in ["down", "left", "down", "right"]:
+        mine, theirs = env.step(f"\\boxed{{{move}}}"), gem_env.step(f"\\boxed{{{move}}}")
+        assert (
+            mine.reward == theirs.reward
+            and mine.observation.text.splitlines()[0] == theirs.observation.text.splitlines()[0]
+        )
+    board = env._env.unwrapped.board
+    assert board == gem_env._env.unwrapped.board  # the same game under another rendering
+    shown = [[int(c, 16) for c in row.split()] for row in env.step("\\boxed{up}").observation.text.splitlines()[2:6]]
+    assert shown == [[c.bit_length() - 1 if c else 0 for c in row] for row in env._env.unwrapped.board]
+    assert suite.expert_plan(suite.task("train", 0)) == plain.expert_plan(plain.task("train", 0))
+    with pytest.raises(ValueError, match="not a board of game:Sokoban"):
+        make_gem("game:Sokoban-v0-easy", board="log2")
+
+
+def test_game2048s_word_board_shows_its_rows_and_columns_as_words():
+    env = suite_of("game:Game2048-v0-easy", kwargs={"board": "words"}).make_env()
+    env.reset(Task("t", "2048", seed=5))
+    text = env.step("\\boxed{down}").observation.text
+    board = env._env.unwrapped.board
+    rows = text.split("Rows: ")[1].split("\n")[0].split()
+    columns = text.split("Columns: ")[1].split("\n")[0].split()
+    as_letters = [["abcdefghijkl"[c.bit_length() - 1 if c else 0] for c in row] for row in board]
+    assert rows == ["".join(r) for r in as_letters] and columns == ["".join(c) for c in zip(*as_letters)]
