@@ -56,8 +56,11 @@ class HFPolicy:
         sampling: SamplingSpec,
         eos_token_ids: list[int] | None = None,
         interrupt: Callable[[], bool] | None = None,
+        generator: torch.Generator | None = None,
     ):
         self.model, self.tokenizer, self.sampling = model, tokenizer, sampling
+        # sampling from this generator, not torch's global stream (an asynchronous rollout worker's own stream)
+        self.generator = generator
         # a stop during a long generation ends it at the next token (the collector then drops the rollout)
         self.interrupt = interrupt
         eos = eos_token_ids or [tokenizer.eos_token_id]
@@ -87,6 +90,7 @@ class HFPolicy:
             eos_token_ids=self.eos_token_ids,
             pad_token_id=self.pad_id,
             interrupt=self.interrupt,
+            generator=self.generator,
         )
         if was_training:
             self.model.train()
@@ -121,6 +125,7 @@ def generate_with_logprobs(
     eos_token_ids: list[int],
     pad_token_id: int,
     interrupt: Callable[[], bool] | None = None,
+    generator: torch.Generator | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) generated ids after the prompt, and (B, T) fp32 behaviour log-probs on the CPU of each under the
     distribution it was sampled from (None when nothing was generated). Positions after a sequence's end token hold
@@ -133,6 +138,10 @@ def generate_with_logprobs(
     recorder, and turns off the warpers a model's generation_config.json could add after it: the sampling is what
     `SamplingSpec` says, and the recorder sees the scores `generate` samples from, the same tensor `output_scores`
     kept.
+
+    With a `generator`, the next token is drawn from that generator (`_DrawFrom`, after the recorder) and `generate`
+    runs greedy on the one token left: the same distribution, a stream of its own that another thread's sampling
+    (an evaluation beside an asynchronous rollout) cannot advance, and torch's global stream untouched.
     """
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
@@ -142,11 +151,12 @@ def generate_with_logprobs(
     if not s.greedy and s.top_p < 1.0:
         warpers.append(TopPLogitsWarper(s.top_p))
     recorder = _SampledLogprobs()
+    draw = [_DrawFrom(generator)] if generator is not None and not s.greedy else []
     sequences = model.generate(
         input_ids=input_ids,
         attention_mask=attention_mask,
-        do_sample=not s.greedy,
-        logits_processor=LogitsProcessorList([*warpers, recorder]),
+        do_sample=not s.greedy and not draw,
+        logits_processor=LogitsProcessorList([*warpers, recorder, *draw]),
         # generate's own warpers, and what runs after custom processors, all off: the warpers above replace
         # temperature and top_p, and any later one would change the distribution after the recorder saw it
         temperature=None,
@@ -205,6 +215,21 @@ class _SampledLogprobs:
         if len(self.steps) < length:  # a generate loop that samples without calling its processors
             raise RuntimeError(f"generate returned {length} tokens but scored {len(self.steps)}")
         return torch.stack(self.steps[:length], dim=1).cpu()
+
+
+class _DrawFrom:
+    """A logits processor, after the recorder, that samples each step's token from its own `torch.Generator` and
+    leaves only that token possible, for a greedy `generate` to take: `torch.multinomial` on the softmax, as
+    transformers' own sampling does, on another stream."""
+
+    def __init__(self, generator: torch.Generator):
+        self.generator = generator
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = scores.float().softmax(-1)
+        tokens = torch.multinomial(probs.to(self.generator.device), 1, generator=self.generator).to(scores.device)
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(-1, tokens, 0.0)
 
 
 def _logprob_of(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
