@@ -27,6 +27,8 @@ class EnvConfig:
     step_timeout_s: float = checked(60.0, Gt(0))  # a reset or step slower than this ends its episode as failed
     # probability that an episode's environment raises, at its reset or a step (fault injection for tests)
     fault_rate: float = checked(0.0, Interval(ge=0, lt=1))
+    # seconds each environment step waits first (a benchmark key: an environment whose steps take time)
+    step_latency_s: float = checked(0.0, Interval(ge=0, le=60))
     # an iteration whose share of faulted episodes is above this stops the run
     max_fault_share: float = checked(0.5, Interval(gt=0, le=1))
 

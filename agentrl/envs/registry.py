@@ -156,8 +156,14 @@ def get_spec(name: str) -> EnvSpec:
 
 
 def make_suite(env_cfg: Any, faults: bool = True) -> TaskSuite:
-    """Build the task suite that `env.name` names; with `env.fault_rate > 0` (and `faults`) its environments inject faults."""
+    """Build the task suite that `env.name` names; with `faults`, its environments inject `env.fault_rate`'s faults
+    and `env.step_latency_s`'s waits (test and benchmark keys, off by default)."""
     suite = get_spec(env_cfg.name).build(env_cfg)
+    latency = getattr(env_cfg, "step_latency_s", 0.0)
+    if latency > 0 and faults:
+        from agentrl.envs.latency import SlowSuite
+
+        suite = SlowSuite(suite, latency)
     rate = getattr(env_cfg, "fault_rate", 0.0)
     if rate > 0 and faults:  # here, so that every caller's pool (training, eval) gets the faults
         from agentrl.envs.faults import FaultySuite

@@ -104,7 +104,7 @@ def _source_fingerprint(env_name: str) -> str:
 
 # How environments are run and what they pay, not what they show: these keys do not change the model that is built
 # (its warm-up imitates random play, whatever the rewards).
-RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "max_fault_share", "reward")
+RUNTIME_ENV_KEYS = ("num_workers", "step_timeout_s", "fault_rate", "step_latency_s", "max_fault_share", "reward")
 
 
 # Where a model is kept, not what it is.

@@ -1,0 +1,56 @@
+"""Environment steps that take time (``env.step_latency_s``), for measuring what waits on the environment.
+
+Agent environments answer in tens of milliseconds to seconds (a tool call, a web page, a simulator step); agentrl's
+own household answers in microseconds. ``SlowSuite`` makes each step of its environments sleep first, as
+``env.fault_rate`` makes them fail: a test and benchmark key (scripts/measure_async.py), not a model of any engine.
+A sleep holds no core, as an engine in another process or machine would not.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from agentrl.envs.base import AgentEnv, Observation, Step, Task, TaskSuite
+
+
+class SlowEnv:
+    """An ``AgentEnv`` whose every step waits ``latency_s`` seconds before the inner environment's."""
+
+    def __init__(self, inner: AgentEnv, latency_s: float):
+        self.inner, self.latency_s = inner, latency_s
+
+    def reset(self, task: Task) -> Observation:
+        return self.inner.reset(task)
+
+    def step(self, action: str) -> Step:
+        time.sleep(self.latency_s)
+        return self.inner.step(action)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class SlowSuite:
+    """A suite whose environments are ``SlowEnv``s; tasks and everything else come from ``inner`` (picklable where
+    ``inner`` is, for a ``ProcessPool``)."""
+
+    def __init__(self, inner: TaskSuite, latency_s: float):
+        self.inner, self.latency_s = inner, latency_s
+        self.name, self.splits, self.eval_split = inner.name, inner.splits, inner.eval_split
+        self.task_types, self.max_steps = inner.task_types, inner.max_steps
+
+    def task(self, split: str, index: int) -> Task:
+        return self.inner.task(split, index)
+
+    def split_size(self, split: str) -> int | None:
+        return self.inner.split_size(split)
+
+    def make_env(self) -> SlowEnv:
+        return SlowEnv(self.inner.make_env(), self.latency_s)
+
+    def __getattr__(self, name: str) -> Any:
+        """An adapter's own attributes. Not for dunders or ``inner``, which unpickling looks up first."""
+        if name.startswith("__") or name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
