@@ -1,4 +1,4 @@
-"""Why a run is not learning, said when it happens: three patterns read from the metrics records.
+"""Why a run is not learning, said when it happens: four patterns read from the metrics records.
 
 - **No signal.** The median of `rollout/groups_without_signal` over the last `NO_SIGNAL_ITERATIONS` iterations at
   or above `NO_SIGNAL_SHARE`: in most iterations most groups' episodes ended alike, so group-relative advantages
@@ -9,6 +9,8 @@
   `ENTROPY_REFERENCE_ITERATIONS` iterations: the policy has become nearly deterministic, so a small update can
   flip its choice in a common state for every episode at once, and a group that then fails together gives no
   signal to come back.
+- **Off-policy capped.** With rows generated ahead (`rollout.max_staleness >= 1`), an iteration whose decoupled-PPO
+  correction dropped at least half its tokens (`off_policy/capped_share`): the update learns from the few left.
 - **Held-out drop.** `eval/success` at or below `DROP_FRACTION` of the best evaluation so far, and at least
   `DROP_MIN` below it: the policy lost what it had learned.
 
@@ -33,6 +35,8 @@ DROP_MIN = 0.2
 NO_SIGNAL = "no signal"
 ENTROPY_COLLAPSE = "entropy collapse"
 HELDOUT_DROP = "held-out drop"
+OFF_POLICY_CAPPED = "off-policy capped"
+CAPPED_SHARE_WARNING = 0.5  # an iteration's share of real tokens the off-policy correction dropped, at or above
 
 
 def _values(records: Sequence[dict[str, Any]], key: str) -> list[tuple[int, float]]:
@@ -87,7 +91,41 @@ def heldout_drop(records: Sequence[dict[str, Any]]) -> str | None:
     )
 
 
-CHECKS = {NO_SIGNAL: no_signal, ENTROPY_COLLAPSE: entropy_collapse, HELDOUT_DROP: heldout_drop}
+def off_policy_capped(records: Sequence[dict[str, Any]]) -> str | None:
+    """The newest iteration's off-policy correction dropped most tokens (`off_policy/capped_share` at or above
+    `off_policy.CAPPED_SHARE_WARNING`; rollout.max_staleness >= 1 only)."""
+    shares = _values(records, "off_policy/capped_share")
+    if not shares or "off_policy/capped_share" not in records[-1]:
+        return None
+    iteration, share = shares[-1]
+    return capped_warning(iteration, share)
+
+
+def capped_warning(
+    iteration: int, capped_share: float | None, threshold: float = CAPPED_SHARE_WARNING, cap: float | None = None
+) -> str | None:
+    """The health line when the correction dropped at least `threshold` of an iteration's tokens, else None.
+
+    Such an iteration learns from the few tokens left: the rows' behaviour policy is far from the policy that is
+    trained. A smaller staleness, smaller steps or a larger cap keep more of them."""
+    if capped_share is None or capped_share < threshold:
+        return None
+    limit = f" {cap:g}" if cap is not None else ""
+    return (
+        f"{OFF_POLICY_CAPPED}: at iteration {iteration}, the off-policy correction dropped {capped_share:.0%} of the "
+        f"tokens (off_policy/capped_share; their behaviour weight was above the cap{limit}), so the update learns from "
+        "the few left; a smaller rollout.max_staleness, a lower trainer.learning_rate or fewer optimizer steps per "
+        "iteration (a larger trainer.mini_batch_size) keep the rollout's policy closer to the trained one, and a "
+        "larger algo.off_policy.weight_cap keeps more tokens"
+    )
+
+
+CHECKS = {
+    NO_SIGNAL: no_signal,
+    ENTROPY_COLLAPSE: entropy_collapse,
+    HELDOUT_DROP: heldout_drop,
+    OFF_POLICY_CAPPED: off_policy_capped,
+}
 
 
 def warnings_at(records: Sequence[dict[str, Any]]) -> list[str]:

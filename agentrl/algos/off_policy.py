@@ -31,9 +31,6 @@ from torch import Tensor
 # AReaL's examples set behav_imp_weight_cap: 5.0 (e.g. examples/math/gsm8k_grpo.yaml line 64 at 79b742c); its
 # schema default is None (no cap, areal/api/cli_args.py lines 633-638).
 DEFAULT_WEIGHT_CAP = 5.0
-# The health line: the iteration's share of real tokens dropped by the cap at or above this.
-CAPPED_SHARE_WARNING = 0.5
-OFF_POLICY_CAPPED = "off-policy capped"
 
 # metric name -> what it is; the totals' columns are TOTALS
 METRICS = {
@@ -124,22 +121,3 @@ def correction_metrics(total: Tensor) -> dict[str, float]:
         out["off_policy/weight_std"] = max(weight_sq_sum / kept - mean * mean, 0.0) ** 0.5
         out["off_policy/weight_max"] = weight_max
     return out
-
-
-def capped_warning(
-    iteration: int, capped_share: float | None, threshold: float = CAPPED_SHARE_WARNING, cap: float | None = None
-) -> str | None:
-    """The health line when the correction dropped at least `threshold` of an iteration's tokens, else None.
-
-    Such an iteration learns from the few tokens left: the rows' behaviour policy is far from the policy that is
-    trained. A smaller staleness, smaller steps or a larger cap keep more of them."""
-    if capped_share is None or capped_share < threshold:
-        return None
-    limit = f" {cap:g}" if cap is not None else ""
-    return (
-        f"{OFF_POLICY_CAPPED}: at iteration {iteration}, the off-policy correction dropped {capped_share:.0%} of the "
-        f"tokens (off_policy/capped_share; their behaviour weight was above the cap{limit}), so the update learns from "
-        "the few left; a smaller rollout.max_staleness, a lower trainer.learning_rate or fewer optimizer steps per "
-        "iteration (a larger trainer.mini_batch_size) keep the rollout's policy closer to the trained one, and a "
-        "larger algo.off_policy.weight_cap keeps more tokens"
-    )

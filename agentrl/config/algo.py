@@ -66,6 +66,16 @@ class EntropyConfig:
 
 
 @dataclass
+class OffPolicyConfig:
+    """The correction of rows generated ahead by an older policy (rollout.max_staleness >= 1): AReaL's decoupled
+    PPO (agentrl/algos/off_policy.py; docs/algorithms.md, "Off-policy correction"). Unused at max_staleness=0."""
+
+    # tokens whose behaviour weight pi_prox / pi_behav is above this get weight 0 (AReaL's behav_imp_weight_cap;
+    # its examples: 5.0); None: no cap
+    weight_cap: float | None = checked(5.0, Gt(1))
+
+
+@dataclass
 class AlgoConfig:
     """The update: advantage estimator, replay, entropy term and policy loss. Defaults: GRPO as in verl-agent."""
 
@@ -79,6 +89,7 @@ class AlgoConfig:
     gigpo: GigpoConfig = field(default_factory=GigpoConfig)
     replay: ReplayConfig = field(default_factory=ReplayConfig)
     entropy: EntropyConfig = field(default_factory=EntropyConfig)
+    off_policy: OffPolicyConfig = field(default_factory=OffPolicyConfig)
     clip_epsilon: float = checked(0.2, Interval(gt=0, lt=1))  # PPO clip
     clip_epsilon_high: float | None = checked(None, Gt(0))  # clip-higher (DAPO); None: symmetric
     kl_coef: float = checked(0.01, Ge(0))  # beta of the low-variance KL to the reference policy; 0 disables it

@@ -95,6 +95,10 @@ class RolloutConfig:
     # cores: generation 68.4 -> 50.0 s an iteration), but the rows are sampled from the bf16 rounding of the policy
     # that is trained (docs/models.md, "Generating in bf16")
     generate_in_bf16: bool = False
+    # K >= 1: a rollout worker generates iteration t+K's rows while iteration t updates, so iteration t trains on
+    # the rows of the policy after max(0, t-1-K) updates, corrected by decoupled PPO (docs/architecture.md,
+    # "Asynchronous rollouts"; docs/algorithms.md). 0: the synchronous loop
+    max_staleness: int = checked(0, Interval(ge=0, le=8))
 
 
 @dataclass

@@ -22,6 +22,7 @@ COMPLETION_KEYS = (
     "old_per_token_logps",
     "sampling_per_token_logps",
     "importance_sampling_ratio",
+    "behaviour_per_token_logps",  # rows generated ahead (rollout.max_staleness >= 1): decoupled PPO's behaviour
 )
 
 

@@ -52,6 +52,7 @@ class CheckpointHooks:
         """Restore this rank's agentrl state from a checkpoint folder."""
         state = json.loads(agentrl_state_file(checkpoint, self.accelerator.process_index).read_text())
         self._load_agentrl_parts(state)
+        self.load_async_rollouts(checkpoint)
         self.saved_iteration = int(state["iteration"])
 
     def _load_agentrl_parts(self, state: dict[str, Any]) -> None:
@@ -134,6 +135,7 @@ class CheckpointHooks:
         agentrl_state_file(staged, self.accelerator.process_index).write_text(
             json.dumps(self.agentrl_state(), indent=2)
         )
+        self.save_async_rollouts(staged)  # the rows generated ahead and not yet trained on (rollout.max_staleness)
         self.accelerator.wait_for_everyone()
         if not self.args.should_save:
             return

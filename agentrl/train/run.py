@@ -216,6 +216,7 @@ def train(run: Run) -> None:
     except stopping.IterationAbandoned as stopped:  # a stop during a rollout: the checkpoint before it is on disk
         run.abandoned = stopped
     finally:
+        trainer.close_rollout_worker()  # rollout.max_staleness >= 1: its thread and environment pool
         for part in run.closing:
             part.close()
 

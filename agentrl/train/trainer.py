@@ -29,6 +29,7 @@ from transformers.trainer_callback import PrinterCallback
 from trl import GRPOTrainer
 from trl.models.utils import unwrap_model_for_generation
 
+from agentrl.algos.off_policy import add_totals, behaviour_weights, correction_metrics, correction_totals, reduce_totals
 from agentrl.algos.policy_loss import low_var_kl, masked_total, ppo_clip_loss
 from agentrl.fused_head import score_completion_only
 from agentrl.models.bf16_weights import weights_in_bf16
@@ -38,6 +39,7 @@ from agentrl.rollout.collector import Lockstep, PromptSpec, RolloutAbandoned, co
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 from agentrl.train import batching, iteration, update
+from agentrl.train.async_hooks import AsyncRolloutHooks
 from agentrl.train.callbacks import IterationCallback
 from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
@@ -54,7 +56,7 @@ def _unused_reward(prompts, completions, **kwargs):
     return [0.0] * len(prompts)
 
 
-class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule, GRPOTrainer):
+class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule, GRPOTrainer):
     def __init__(
         self,
         *,
@@ -82,6 +84,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         self.replay = iteration.make_replay_buffer(cfg)
         self.entropy_reg = iteration.make_entropy_regularizer(cfg)
         self.loss_stats = LossStats()
+        self.off_policy_totals = None  # decoupled PPO's totals over the iteration (rollout.max_staleness >= 1)
         self.nonfinite_in_a_row = self.nonfinite_total = 0
         rows = max(8, per_device_rows(cfg) * cfg.hardware.num_processes)  # at least one of TRL's batches
         placeholder = Dataset.from_dict({"prompt": ["(tasks come from the environment sampler)"] * rows})
@@ -108,9 +111,14 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         started = time.time()
         number = self.state.global_step + 1
         rank, ranks = self.accelerator.process_index, self.accelerator.num_processes
-        tasks = iteration.sample_tasks(self.cfg, self.sampler, rank, ranks)
-        iteration.record_tasks(Path(self.args.output_dir).parent, number, rank, tasks)
-        batch = self._rollout(tasks, self.cfg.trainer.group_size, lockstep=self._lockstep)
+        if self.max_staleness:  # generated ahead, by an older version (async_hooks.py)
+            job = self.rollout_ahead(number, rank, ranks)
+            tasks, batch = job.tasks, job.batch
+            iteration.record_tasks(Path(self.args.output_dir).parent, number, rank, tasks)
+        else:
+            tasks = iteration.sample_tasks(self.cfg, self.sampler, rank, ranks)
+            iteration.record_tasks(Path(self.args.output_dir).parent, number, rank, tasks)
+            batch = self._rollout(tasks, self.cfg.trainer.group_size, lockstep=self._lockstep)
         scored = iteration.score_rollout(self.cfg, batch, self.replay, self.all_ranks, number)
         self.iteration_metrics.update(scored.metrics)
         out = self._to_tensors(scored.batch, scored.advantages)
@@ -181,6 +189,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
             if self._lockstep(False)[1]:  # a stop that came during the log-prob passes
                 raise RolloutAbandoned("after the rollout")
         except RolloutAbandoned:
+            self.drop_jobs_of_abandoned_iteration(number)
             raise IterationAbandoned(number - 1, self.checkpoint_iteration_start(start)) from None
         return batch
 
@@ -226,6 +235,11 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         out["is_real_row"] = batching.padded_rows(np.ones(len(order)), padding)
         if self.cfg.algo.replay.importance_correction:
             out["old_per_token_logps"] = batching.sampled_logps(batch, order, out["completion_ids"].size(1), padding)
+        if self.max_staleness:  # decoupled PPO's behaviour policy: the rollout's own log-probs (NaN: replayed rows)
+            width = out["completion_ids"].size(1)
+            out["behaviour_per_token_logps"] = batching.sampled_logps(
+                batch, order, width, padding, missing=float("nan"), skip_replayed=True
+            )
         if self.entropy_reg is not None:
             tokens = out["completion_mask"][: len(order)].sum(dim=1).numpy()
             episodes = np.asarray(batch.episode)[order]
@@ -258,6 +272,8 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         clip_high = algo.clip_epsilon_high if algo.clip_epsilon_high is not None else algo.clip_epsilon
         policy = ppo_clip_loss(logps, old, inputs["advantages"], algo.clip_epsilon, clip_high, algo.dual_clip)
         per_token = policy.per_token
+        if "behaviour_per_token_logps" in inputs:  # rows generated ahead: decoupled PPO, with `old` the proximal
+            per_token = per_token * self._behaviour_weights(old, inputs["behaviour_per_token_logps"], mask)
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token = per_token * inputs["importance_sampling_ratio"]
         kl = None
@@ -274,6 +290,17 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
             )
         return loss
 
+    def _behaviour_weights(self, proximal, behaviour, mask):
+        """Decoupled PPO's per-token weight pi_prox / pi_behav (agentrl/algos/off_policy.py), its totals kept for
+        the iteration's `off_policy/*` metrics. A replayed row (no behaviour log-probs of this rollout) is trained
+        as ARPO trains it: weight 1."""
+        behaviour = torch.where(torch.isnan(behaviour), proximal, behaviour)
+        result = behaviour_weights(proximal, behaviour, mask, self.cfg.algo.off_policy.weight_cap)
+        self.off_policy_totals = add_totals(
+            self.off_policy_totals, correction_totals(result.weights, result.kept, mask)
+        )
+        return result.weights
+
     # ------------------------------------------------------------------ one iteration: its optimizer steps
 
     def training_step(self, model, inputs, num_items_in_batch=None):
@@ -285,6 +312,7 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
         batch = self._collect_iteration(inputs)
         started = time.time()
         self.loss_stats = LossStats()
+        self.off_policy_totals = None
         minis = self._mini_batches(batch) if self._can_update(model, batch) else []
         if self.skips_rows_without_advantage() and minis:
             computed = sum(mini["advantages"].shape[0] for mini in minis)
@@ -328,6 +356,8 @@ class AgentTrainer(CheckpointHooks, VLLMHooks, LogProbPasses, MiniBatchSchedule,
                 totals = self.accelerator.reduce(totals, reduction="sum")
                 self.iteration_metrics.update(self.entropy_reg.end_iteration(float(totals[0]), float(totals[1])))
         self.iteration_metrics.update(self.loss_stats.reduce(self.accelerator))
+        if self.off_policy_totals is not None:
+            self.iteration_metrics.update(correction_metrics(reduce_totals(self.off_policy_totals, self.accelerator)))
         self.iteration_metrics["train/optimizer_steps"] = float(len(result.grad_norms))
         if result.grad_norms:
             self.iteration_metrics["train/grad_norm"] = float(np.mean(result.grad_norms))

@@ -9,15 +9,14 @@ import pytest
 import torch
 
 from agentrl.algos.off_policy import (
-    OFF_POLICY_CAPPED,
     add_totals,
     behaviour_weights,
-    capped_warning,
     correction_metrics,
     correction_totals,
     reduce_totals,
 )
 from agentrl.algos.policy_loss import masked_total, ppo_clip_loss
+from agentrl.health import OFF_POLICY_CAPPED, capped_warning
 
 
 def _logps(weights: list[list[float]]) -> tuple[torch.Tensor, torch.Tensor]:

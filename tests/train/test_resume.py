@@ -22,6 +22,9 @@ ALGORITHMS = {
     "epo": ["+algo=epo"],
     # several optimizer steps per iteration: the optimizer's step counts and moments must come back too
     "gigpo-mini-batches": ["+algo=gigpo", "trainer.mini_batch_size=4", "trainer.epochs=2"],
+    # rows generated ahead: the checkpoint holds the jobs not yet trained on (rows, or tasks and weights)
+    "gigpo-staleness-1": ["+algo=gigpo", "rollout.max_staleness=1"],
+    "arpo-staleness-2": ["+algo=arpo", "trainer.task_pool=2", "rollout.max_staleness=2"],
 }
 COMMON = ["+debug=fast", "trainer.iterations=6", "trainer.save_every=2", "trainer.eval_every=0", "trainer.keep_last=5"]
 
