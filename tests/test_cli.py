@@ -173,6 +173,15 @@ def test_config_prints_the_composed_config(run_cli):
     assert "seed: 7" in result.stdout and "name: household" in result.stdout
 
 
+def test_env_kwargs_on_the_command_line_take_the_users_keys(run_cli):
+    """`env.kwargs={...}` (the factory's keyword arguments, whose keys no schema lists) is taken as given."""
+    result = run_cli(
+        "config", "env=gym", "env.factory=toy_gym:make_corridor", "env.kwargs={length: 5}", "env.ood_kwargs={length: 9}"
+    )
+    assert result.returncode == 0, result.stderr
+    assert "kwargs:\n    length: 5" in result.stdout and "ood_kwargs:\n    length: 9" in result.stdout
+
+
 def test_config_dir_adds_experiments_of_ones_own(tmp_path):
     """`--config-dir DIR +experiment=NAME` finds DIR/experiment/NAME.yaml, in the checks as in the job."""
     (tmp_path / "experiment").mkdir()

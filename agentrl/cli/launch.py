@@ -29,9 +29,23 @@ from agentrl.hydra_paths import check_writable, config_dir, hydra_quote, with_co
 _APPENDED_GROUPS = ("algo", "debug", "hparams_search")
 
 
+# Mappings whose keys are the user's (the env=gym/gem factory's kwargs): the schema cannot list their keys, and
+# Hydra merges `key={...}` into a struct node, which refuses every new key; `++key={...}` adds them.
+_FREE_MAPPINGS = ("env.kwargs", "env.ood_kwargs")
+
+
 def normalise_args(args: list[str]) -> list[str]:
-    """Accept `algo=x` as well as Hydra's `+algo=x` for the groups not in the defaults list."""
-    return [f"+{arg}" if arg.split("=", 1)[0] in _APPENDED_GROUPS and "=" in arg else arg for arg in args]
+    """Accept `algo=x` as well as Hydra's `+algo=x` for the groups not in the defaults list, and `env.kwargs={...}`
+    (and `env.ood_kwargs`) as Hydra's `++env.kwargs={...}`."""
+    out = []
+    for arg in args:
+        key = arg.split("=", 1)[0]
+        if "=" in arg and key in _APPENDED_GROUPS:
+            arg = f"+{arg}"
+        elif "=" in arg and key in _FREE_MAPPINGS:
+            arg = f"++{arg}"
+        out.append(arg)
+    return out
 
 
 class HydraArgs(NamedTuple):
