@@ -23,7 +23,12 @@ from tests.conftest import cli_env, records_by_iteration
 pytestmark = pytest.mark.slow
 
 COMMON = ["+debug=fast", "trainer.iterations=6", "trainer.save_every=4", "trainer.eval_every=0", "trainer.keep_last=5"]
-ALGORITHMS = {"grpo": ["+algo=grpo"], "gigpo": ["+algo=gigpo"]}
+ALGORITHMS = {
+    "grpo": ["+algo=grpo"],
+    "gigpo": ["+algo=gigpo"],
+    # rows generated ahead: the worker, mid-job when the update ends, stops too; the job's weights are checkpointed
+    "gigpo-staleness-1": ["+algo=gigpo", "rollout.max_staleness=1"],
+}
 DDP = ["hardware=cpu_ddp", "trainer.tasks_per_iteration=4"]
 
 
@@ -121,6 +126,7 @@ PHASES = [
     ("grpo", signal.SIGINT, "rollout", 1),
     ("grpo", signal.SIGTERM, "update", 3),
     ("gigpo", signal.SIGINT, "update", 2),
+    ("gigpo-staleness-1", signal.SIGTERM, "update", 3),
 ]
 
 
