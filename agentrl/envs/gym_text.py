@@ -41,17 +41,14 @@ from __future__ import annotations
 
 import math
 import numbers
-import random
 import re
-from collections.abc import Hashable, Iterator
-from contextlib import contextmanager
+from collections.abc import Hashable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.gym_factory import make_object, needs_network, one_line
+from agentrl.envs.own_random import OwnRandomState
 from agentrl.errors import UserError
 
 SPLITS = ("train", "eval_in_distribution", "eval_out_of_distribution")
@@ -85,32 +82,6 @@ def unbox(action: str) -> str:
     if text.startswith("\\boxed{") and text.endswith("}"):
         return text[len("\\boxed{") : -1].strip()
     return text
-
-
-class OwnRandomState:
-    """One environment's python `random` and numpy global RNG state, swapped in for the calls into it
-    (`active()`); the caller's states are put back after, as they were."""
-
-    def __init__(self, seed: int = 0):
-        self.seed(seed)
-
-    def seed(self, seed: int) -> None:
-        self._py = random.Random(seed).getstate()
-        self._np = np.random.RandomState(int(seed) % 2**32).get_state()
-
-    @contextmanager
-    def active(self, keep: bool = True) -> Iterator[None]:
-        """Within: the environment's states. `keep=False`: what is drawn within leaves them as they were."""
-        caller_py, caller_np = random.getstate(), np.random.get_state()
-        random.setstate(self._py)
-        np.random.set_state(self._np)
-        try:
-            yield
-        finally:
-            if keep:
-                self._py, self._np = random.getstate(), np.random.get_state()
-            random.setstate(caller_py)
-            np.random.set_state(caller_np)
 
 
 class GymTextEnv:
