@@ -32,7 +32,8 @@ ENDED = "ended.json"  # how the run ended: finished, stopped (a signal) or crash
 SLURM_JOB = "SLURM_JOB_ID"
 RUN_FILES = ("metrics.jsonl", "run.json", CHECKPOINTS)
 # What a checkpoint means: the algorithm and its estimator, the environment and its level, the model and its shape,
-# the seed, and how many ranks saved it (each rank's RNG state)
+# the seed, how many ranks saved it (each rank's RNG state), and how far ahead rows were generated (the checkpoint holds
+# those jobs; the task stream has moved past them)
 MEANING = (
     "algo.",
     "env.",
@@ -41,9 +42,10 @@ MEANING = (
     "trainer.group_size",
     "trainer.tasks_per_iteration",
     "hardware.num_processes",
+    "rollout.max_staleness",
 )
 # ... except what only says how the work is run
-MAY_CHANGE = ("env.num_workers", "env.step_timeout_s")
+MAY_CHANGE = ("env.num_workers", "env.step_timeout_s", "env.step_latency_s")
 
 
 class RunLock:

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from agentrl.errors import UserError
 from agentrl.models.bf16_weights import weights_in_bf16
 from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.collector import PromptSpec, collect
@@ -78,7 +79,13 @@ class AsyncRolloutHooks:
         """From a checkpoint folder: the jobs the worker takes back when it is built."""
         path = checkpoint / ASYNC_ROLLOUTS
         if path.exists():
-            self._resumed_jobs = torch.load(path, weights_only=False)
+            try:
+                self._resumed_jobs = torch.load(path, weights_only=False)
+            except Exception as err:  # a truncated or foreign file: one line, the checkpoint left as it is
+                raise UserError(
+                    f"{path} cannot be read ({type(err).__name__}: {err}); resume from an earlier checkpoint "
+                    "(trainer.resume=<its folder>)"
+                ) from None
 
     def close_rollout_worker(self) -> None:
         """End the worker: a job it is generating (one no iteration will train on) stops at its next token."""

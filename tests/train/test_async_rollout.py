@@ -246,3 +246,27 @@ def test_what_staleness_does_not_run_with_is_refused_in_one_line(rollout, hardwa
         )
     assert "\n" not in str(err.value)
     check_max_staleness(SimpleNamespace(max_staleness=0, backend=backend), SimpleNamespace(num_processes=2))
+
+
+def test_an_unreadable_jobs_file_is_one_line(tmp_path):
+    from agentrl.errors import UserError
+    from agentrl.train.async_hooks import AsyncRolloutHooks
+    from agentrl.train.async_rollout import ASYNC_ROLLOUTS
+
+    (tmp_path / ASYNC_ROLLOUTS).write_bytes(b"not a torch file")
+    with pytest.raises(UserError, match=f"{ASYNC_ROLLOUTS} cannot be read") as err:
+        AsyncRolloutHooks().load_async_rollouts(tmp_path)
+    assert "\n" not in str(err.value)
+
+
+def test_a_resume_that_changes_the_staleness_is_refused(tmp_path):
+    from omegaconf import OmegaConf
+
+    from agentrl.run_folder import changed_meaning
+
+    recorded = tmp_path / "config.yaml"
+    recorded.write_text(OmegaConf.to_yaml({"rollout": {"max_staleness": 1}, "env": {"step_latency_s": 0.0}}))
+    assert changed_meaning(recorded, {"rollout": {"max_staleness": 0}, "env": {"step_latency_s": 0.0}}) == [
+        "rollout.max_staleness: 1 -> 0"
+    ]
+    assert changed_meaning(recorded, {"rollout": {"max_staleness": 1}, "env": {"step_latency_s": 0.5}}) == []
