@@ -63,17 +63,17 @@ class FaultyEnv:
         self.inner.close()
 
 
-class FaultySuite:
-    """A suite whose environments are ``FaultyEnv``s; tasks and everything else come from ``inner``.
+class WrappedSuite:
+    """A suite whose tasks and everything but `make_env` come from ``inner`` (the test keys' wrappers:
+    ``FaultySuite`` here, ``envs/latency.py``'s ``SlowSuite``).
 
     Picklable (a ``ProcessPool`` sends ``suite.make_env`` to its workers) as long as ``inner`` is.
     """
 
-    def __init__(self, inner: TaskSuite, rate: float, seed: int = 0):
-        self.inner, self.rate, self.seed = inner, rate, seed
+    def __init__(self, inner: TaskSuite):
+        self.inner = inner
         self.name, self.splits, self.eval_split = inner.name, inner.splits, inner.eval_split
         self.task_types, self.max_steps = inner.task_types, inner.max_steps
-        self._built = 0  # per process: each worker unpickles its own copy
 
     def task(self, split: str, index: int) -> Task:
         return self.inner.task(split, index)
@@ -81,10 +81,8 @@ class FaultySuite:
     def split_size(self, split: str) -> int | None:
         return self.inner.split_size(split)
 
-    def make_env(self) -> FaultyEnv:
-        self._built += 1
-        seed = f"{self.seed}/{multiprocessing.current_process().name}/{self._built}"
-        return FaultyEnv(self.inner.make_env(), self.rate, seed, horizon=self.max_steps)
+    def make_env(self) -> AgentEnv:
+        raise NotImplementedError
 
     def __getattr__(self, name: str) -> Any:
         """An adapter's own attributes (alfworld's ``synthetic``). Not for dunders or ``inner``
@@ -92,6 +90,20 @@ class FaultySuite:
         if name.startswith("__") or name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+class FaultySuite(WrappedSuite):
+    """A suite whose environments are ``FaultyEnv``s; tasks and everything else come from ``inner``."""
+
+    def __init__(self, inner: TaskSuite, rate: float, seed: int = 0):
+        super().__init__(inner)
+        self.rate, self.seed = rate, seed
+        self._built = 0  # per process: each worker unpickles its own copy
+
+    def make_env(self) -> FaultyEnv:
+        self._built += 1
+        seed = f"{self.seed}/{multiprocessing.current_process().name}/{self._built}"
+        return FaultyEnv(self.inner.make_env(), self.rate, seed, horizon=self.max_steps)
 
 
 def check_fault_share(faulted: int, episodes: int, limit: float, where: str) -> None:

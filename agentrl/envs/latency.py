@@ -9,9 +9,9 @@ A sleep holds no core, as an engine in another process or machine would not.
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from agentrl.envs.base import AgentEnv, Observation, Step, Task, TaskSuite
+from agentrl.envs.faults import WrappedSuite
 
 
 class SlowEnv:
@@ -31,26 +31,12 @@ class SlowEnv:
         self.inner.close()
 
 
-class SlowSuite:
-    """A suite whose environments are ``SlowEnv``s; tasks and everything else come from ``inner`` (picklable where
-    ``inner`` is, for a ``ProcessPool``)."""
+class SlowSuite(WrappedSuite):
+    """A suite whose environments are ``SlowEnv``s; tasks and everything else come from ``inner``."""
 
     def __init__(self, inner: TaskSuite, latency_s: float):
-        self.inner, self.latency_s = inner, latency_s
-        self.name, self.splits, self.eval_split = inner.name, inner.splits, inner.eval_split
-        self.task_types, self.max_steps = inner.task_types, inner.max_steps
-
-    def task(self, split: str, index: int) -> Task:
-        return self.inner.task(split, index)
-
-    def split_size(self, split: str) -> int | None:
-        return self.inner.split_size(split)
+        super().__init__(inner)
+        self.latency_s = latency_s
 
     def make_env(self) -> SlowEnv:
         return SlowEnv(self.inner.make_env(), self.latency_s)
-
-    def __getattr__(self, name: str) -> Any:
-        """An adapter's own attributes. Not for dunders or ``inner``, which unpickling looks up first."""
-        if name.startswith("__") or name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)

@@ -20,8 +20,8 @@ import torch
 from agentrl.errors import UserError
 from agentrl.models.bf16_weights import weights_in_bf16
 from agentrl.rollout.batch import StepBatch
-from agentrl.rollout.collector import PromptSpec, collect
-from agentrl.rollout.policies import HFPolicy, SamplingSpec
+from agentrl.rollout.collector import collect
+from agentrl.rollout.policies import HFPolicy
 from agentrl.train import iteration
 from agentrl.train.async_rollout import (
     ASYNC_ROLLOUTS,
@@ -138,14 +138,11 @@ class AsyncRolloutHooks:
         """One job's rows, in the worker's thread: the trainer's rollout (HF generate, the run's sampling and
         precision) on the worker's model, pool and tokenizer, sampling from the job's own stream."""
         cfg = self.cfg
-        sampling = SamplingSpec(
-            cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens, cfg.rollout.max_prompt_tokens
-        )
         device = next(model.parameters()).device
         policy = HFPolicy(
             model,
             self._worker_tokenizer,
-            sampling,
+            self.sampling_spec(),
             self.eos_token_ids,
             interrupt=self._worker_should_stop,
             generator=job_generator(cfg.seed, job.iteration, device),
@@ -157,7 +154,7 @@ class AsyncRolloutHooks:
                 job.tasks,
                 cfg.trainer.group_size,
                 policy,
-                PromptSpec(cfg.env.prompt_template, cfg.env.history_length),
+                self.prompt_spec,
                 max_steps=cfg.env.max_steps,
                 pool=self._worker_pool,
                 lockstep=lambda going: (going, self._worker_should_stop()),

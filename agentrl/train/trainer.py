@@ -135,11 +135,14 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
 
         return gather_object(list(items))
 
+    def sampling_spec(self) -> SamplingSpec:
+        """How rollouts sample (`rollout.*`): the trainer's own and the asynchronous worker's."""
+        r = self.cfg.rollout
+        return SamplingSpec(r.temperature, r.top_p, r.max_new_tokens, r.max_prompt_tokens)
+
     def _rollout(self, tasks, group_size: int, lockstep: Lockstep | None = None) -> StepBatch:
         cfg = self.cfg
-        sampling = SamplingSpec(
-            cfg.rollout.temperature, cfg.rollout.top_p, cfg.rollout.max_new_tokens, cfg.rollout.max_prompt_tokens
-        )
+        sampling = self.sampling_spec()
         if self.use_vllm:  # TRL's engine (colocate or server); TRL syncs the weights into it
             policy = TrainerVLLMPolicy(self, sampling, eos_token_ids=self.eos_token_ids)
             return collect(
