@@ -11,9 +11,10 @@ What GEM does that the route is told here (docs/environments.md, "GEM"):
   for each new black peg, Game2048 for each milestone tile, Minesweeper for each cell revealed, Sokoban a
   partial reward at its turn limit), so no reward threshold reads a win.
 - A reply GEM cannot parse ends its episode (GEM's rule, kept).
-- Two games have an expert for `agentrl sft` (`EXPERTS`): GuessTheNumber binary search, whose guesses for the
+- Three games have an expert for `agentrl sft` (`EXPERTS`): GuessTheNumber binary search, whose guesses for the
   hidden number are a fixed plan; Game2048 the greedy move (the most empty cells after it), played on a copy of
-  the game in the same RNG state; GEM's other games have none.
+  the game in the same RNG state; Sokoban a breadth-first search for the shortest winning moves; GEM's other
+  games have none.
 - Ids that cannot run offline are refused in one line: the word games that fetch NLTK's corpus at reset, and
   the families that load a data set from the Hugging Face hub. Ids with no random action (Sudoku,
   TowerofHanoi, the reasoning-gym tasks) train a pretrained model; the random baseline and the tiny model's
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import random
+import re
 from typing import Any
 
 import numpy as np
@@ -108,9 +110,59 @@ def greedy_2048_plan(game) -> list[str]:
         np.random.set_state(saved[1])
 
 
+# Sokoban's moves as GEM's `CHANGE_COORDINATES` gives them (row, column), in the order its action_space lists them.
+SOKOBAN_MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
+
+
+def sokoban_plan(game) -> list[str]:
+    """Sokoban's expert: a breadth-first search over (player, boxes) from the room just reset, under GEM's rules
+    (`SokobanEnv._push`: a step onto floor or a target moves; a step into a box pushes it where the cell beyond is
+    floor or a target; any other step is a wasted turn, which the search never takes), to the first state with every
+    box on a target: a shortest winning plan. It searches at most `max_turns` moves deep and returns [] where no plan
+    wins within them (a plan that does not win: agentrl sft drops its episode)."""
+    fixed, state = game.room_fixed, game.room_state
+    walls = {(r, c) for r, c in zip(*np.nonzero(fixed == 0))}
+    targets = frozenset((r, c) for r, c in zip(*np.nonzero(fixed == 2)))
+    boxes = frozenset((r, c) for r, c in zip(*np.nonzero((state == 3) | (state == 4))))
+    rows, columns = state.shape
+    start = (tuple(int(x) for x in game.player_position), boxes)
+    parent: dict = {start: None}
+    frontier = [start]
+    for _ in range(game.max_turns - game.turn_count):
+        following = []
+        for player, boxes in frontier:
+            for move, (dr, dc) in SOKOBAN_MOVES.items():
+                cell = (player[0] + dr, player[1] + dc)
+                if not (0 <= cell[0] < rows and 0 <= cell[1] < columns) or cell in walls:
+                    continue
+                moved = boxes
+                if cell in boxes:
+                    beyond = (cell[0] + dr, cell[1] + dc)
+                    if not (0 <= beyond[0] < rows and 0 <= beyond[1] < columns) or beyond in walls or beyond in boxes:
+                        continue
+                    moved = boxes - {cell} | {beyond}
+                nxt = (cell, moved)
+                if nxt in parent:
+                    continue
+                parent[nxt] = ((player, boxes), move)
+                if moved <= targets:
+                    plan = []
+                    while parent[nxt] is not None:
+                        nxt, move = parent[nxt]
+                        plan.append(move)
+                    return plan[::-1]
+                following.append(nxt)
+        frontier = following
+    return []
+
+
 # The experts agentrl knows for GEM's games, by id prefix: the actions that win the episode just reset, read from
 # the game's hidden state (as household's expert sees inside closed containers) or played on a copy of it.
-EXPERTS = {"game:GuessTheNumber-": binary_search_plan, "game:Game2048-": greedy_2048_plan}
+EXPERTS = {
+    "game:GuessTheNumber-": binary_search_plan,
+    "game:Game2048-": greedy_2048_plan,
+    "game:Sokoban-": sokoban_plan,
+}
 
 
 class Log2Board:
@@ -155,22 +207,65 @@ class WordBoard(Log2Board):
         return {**info, "suffix": f"Rows: {rows}\nColumns: {columns}\nEnter your move."}
 
 
-# agentrl's own kwargs of make_gem (not GEM's): how a game's board is shown.
-BOARDS = {"log2": ("game:Game2048-", Log2Board), "words": ("game:Game2048-", WordBoard)}
+# Sokoban's cells as SokobanWords shows them, by GEM's room_state code (5, the player, is "q" on a target).
+SOKOBAN_LETTERS = {0: "w", 1: "f", 2: "t", 3: "y", 4: "x", 5: "p"}
+# GEM's instructions draw their example move at random (sample_random_action) at every reset; SokobanWords shows one.
+SOKOBAN_EXAMPLE = re.compile(r"For example: \\boxed\{\w+\} to move \w+\.")
+
+
+class SokobanWords(Log2Board):
+    """Sokoban with its room shown as words, a letter a cell (w wall, f floor, t target, x box, y box on a target,
+    p the player, q the player on a target, which GEM's grid shows as P): each row of the room inside its border
+    (always wall in GEM's generator), then each column, as one word; then, for each move, the cells from the
+    player to the first wall that way (``Up: xtw``: a box, then a target, then a wall: pushing up puts the box on
+    the target). The instructions' example move is always up (GEM draws it at random at each reset, a token in
+    every prompt that says nothing). Everything else is GEM's game."""
+
+    def reset(self, seed: int | None = None):
+        obs, info = super().reset(seed=seed)
+        return SOKOBAN_EXAMPLE.sub(lambda _: "For example: \\boxed{up} to move up.", obs), info
+
+    def _shown(self, info: dict) -> dict:
+        game = getattr(self._env, "unwrapped", self._env)
+        cells = [[SOKOBAN_LETTERS[int(v)] for v in row] for row in game.room_state]
+        row, column = (int(x) for x in game.player_position)
+        if game.room_fixed[row, column] == 2:
+            cells[row][column] = "q"
+        inner = [line[1:-1] for line in cells[1:-1]]
+        rows = " ".join("".join(line) for line in inner)
+        columns = " ".join("".join(line) for line in zip(*inner))
+        rays = []
+        for move, (dr, dc) in SOKOBAN_MOVES.items():
+            ray, r, c = "", row + dr, column + dc
+            while 0 <= r < len(cells) and 0 <= c < len(cells[0]):
+                ray += cells[r][c]
+                if cells[r][c] == "w":
+                    break
+                r, c = r + dr, c + dc
+            rays.append(f"{move.capitalize()}: {ray}")
+        return {**info, "suffix": f"Rows: {rows}\nColumns: {columns}\n{' '.join(rays)}\nEnter your move."}
+
+
+# agentrl's own kwargs of make_gem (not GEM's): how a game's board is shown, by name, then by the games' id prefix.
+BOARDS = {
+    "log2": {"game:Game2048-": Log2Board},
+    "words": {"game:Game2048-": WordBoard, "game:Sokoban-": SokobanWords},
+}
 
 
 def make_gem(env_id: str, board: str | None = None, **kwargs: Any):
     """The factory the route calls in every process that holds an environment: ``gem.make(env_id, **kwargs)``, with
     its expert (`EXPERTS`) as the route's `expert_plan()` where the game has one. ``board`` (agentrl's, from
-    ``env.kwargs``; not passed to GEM): ``log2`` shows Game2048's board one digit a cell (`Log2Board`), ``words`` its
-    rows and columns as words (`WordBoard`)."""
+    ``env.kwargs``; not passed to GEM): ``log2`` shows Game2048's board one digit a cell (`Log2Board`), ``words``
+    Game2048's rows and columns as words (`WordBoard`) or Sokoban's room as words and what lies each way from the
+    player (`SokobanWords`)."""
     import gem
 
     env = gem.make(env_id, **kwargs)
     if board is not None:
-        prefix, wrapper = BOARDS.get(board, ("", None))
-        if wrapper is None or not env_id.startswith(prefix):
-            shown = ", ".join(f"{name} ({games}*)" for name, (games, _) in BOARDS.items())
+        wrapper = next((w for prefix, w in BOARDS.get(board, {}).items() if env_id.startswith(prefix)), None)
+        if wrapper is None:
+            shown = ", ".join(f"{name} ({' '.join(p + '*' for p in games)})" for name, games in BOARDS.items())
             raise ValueError(f"board={board!r} is not a board of {env_id}; the boards: {shown}")
         env = wrapper(env)
     expert = next((plan for prefix, plan in EXPERTS.items() if env_id.startswith(prefix)), None)

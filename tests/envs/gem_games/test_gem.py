@@ -102,7 +102,7 @@ def test_a_win_is_gems_announcement_not_a_reward_threshold():
     assert step.won and step.reward < 1.0 and step.observation.text.startswith("Congratulations!")
 
 
-def test_guess_the_number_has_binary_search_as_its_expert_and_the_others_none():
+def test_guess_the_number_has_binary_search_as_its_expert_and_mastermind_none():
     from agentrl.envs.base import has_expert
     from agentrl.rollout.demonstrations import ExpertPolicy
 
@@ -113,7 +113,7 @@ def test_guess_the_number_has_binary_search_as_its_expert_and_the_others_none():
     batch = collect(suite, tasks, 1, ExpertPolicy(suite), PromptSpec("generic", 2))
     assert all(e.won for e in batch.episodes)
     assert batch.completion[0] == "\\boxed{5}"  # in GEM's reply format
-    assert not has_expert(suite_of("game:Sokoban-v0-easy"))
+    assert not has_expert(suite_of("game:Mastermind-v0-easy"))
 
 
 def test_game2048s_greedy_expert_replays_exactly_through_the_collector():
@@ -171,3 +171,31 @@ def test_game2048s_word_board_shows_its_rows_and_columns_as_words():
     columns = text.split("Columns: ")[1].split("\n")[0].split()
     as_letters = [["abcdefghijkl"[c.bit_length() - 1 if c else 0] for c in row] for row in board]
     assert rows == ["".join(r) for r in as_letters] and columns == ["".join(c) for c in zip(*as_letters)]
+
+
+def test_sokobans_search_expert_wins_through_the_collector_in_the_fewest_moves():
+    from agentrl.envs.gem_games import sokoban_plan
+    from agentrl.rollout.demonstrations import ExpertPolicy
+
+    suite = suite_of("game:Sokoban-v0-easy", history_length=0)
+    tasks = [suite.task("train", i) for i in range(8)]  # train task 8 has no plan within easy's 20 turns
+    plans = [suite.expert_plan(task) for task in tasks]
+    assert suite.expert_plan(suite.task("train", 8)) == []
+    batch = collect(suite, tasks, 1, ExpertPolicy(suite), PromptSpec("compact", 0))
+    assert all(e.won for e in batch.episodes) and [e.length for e in batch.episodes] == [len(p) for p in plans]
+    assert batch.completion[0] == f"\\boxed{{{plans[0][0]}}}"
+    env = suite.make_env()  # shortest: no plan one move shorter wins from the same room
+    env.reset(tasks[0])
+    game = env._env.unwrapped
+    game.max_turns = len(plans[0]) - 1
+    assert sokoban_plan(game) == []
+
+
+def test_sokobans_word_board_shows_its_room_and_what_lies_each_way():
+    env = suite_of("game:Sokoban-v0-easy", kwargs={"board": "words"}).make_env()
+    first = env.reset(Task("t", "sokoban", seed=0))  # GEM's room: # # _ _ _ # / # _ X _ O # / # _ # O X # / # _ _ _ P #
+    assert "For example: \\boxed{up} to move up." in first.task_description
+    assert "Rows: wfff fxft fwtx fffp\nColumns: wfff fxwf fftf ftxp\n" in first.text
+    assert "Up: xtfw Down: w Left: fffw Right: w" in first.text
+    text = env.step("\\boxed{up}").observation.text  # the box onto the target, the player to where it was
+    assert "Rows: wfff fxfy fwtp ffff" in text and "Up: yfw Down: fw" in text
