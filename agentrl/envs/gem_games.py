@@ -217,8 +217,8 @@ class SokobanWords(Log2Board):
     """Sokoban with its room shown as words, a letter a cell (w wall, f floor, t target, x box, y box on a target,
     p the player, q the player on a target, which GEM's grid shows as P): each row of the room inside its border
     (always wall in GEM's generator), then each column, as one word; then, for each move, the cells from the
-    player to the first wall that way (``Up: xtw``: a box, then a target, then a wall: pushing up puts the box on
-    the target). The instructions' example move is always up (GEM draws it at random at each reset, a token in
+    player to the first wall that way (``Each way: up xtw, down fw, ...``: up, a box, then a target, then a wall:
+    pushing up puts the box on the target), each after the move's name as the action list spells it. The instructions' example move is always up (GEM draws it at random at each reset, a token in
     every prompt that says nothing). Everything else is GEM's game."""
 
     def reset(self, seed: int | None = None):
@@ -242,8 +242,8 @@ class SokobanWords(Log2Board):
                 if cells[r][c] == "w":
                     break
                 r, c = r + dr, c + dc
-            rays.append(f"{move.capitalize()}: {ray}")
-        return {**info, "suffix": f"Rows: {rows}\nColumns: {columns}\n{' '.join(rays)}\nEnter your move."}
+            rays.append(f"{move} {ray}")
+        return {**info, "suffix": f"Rows: {rows}\nColumns: {columns}\nEach way: {', '.join(rays)}\nEnter your move."}
 
 
 # agentrl's own kwargs of make_gem (not GEM's): how a game's board is shown, by name, then by the games' id prefix.

@@ -196,6 +196,6 @@ def test_sokobans_word_board_shows_its_room_and_what_lies_each_way():
     first = env.reset(Task("t", "sokoban", seed=0))  # GEM's room: # # _ _ _ # / # _ X _ O # / # _ # O X # / # _ _ _ P #
     assert "For example: \\boxed{up} to move up." in first.task_description
     assert "Rows: wfff fxft fwtx fffp\nColumns: wfff fxwf fftf ftxp\n" in first.text
-    assert "Up: xtfw Down: w Left: fffw Right: w" in first.text
+    assert "Each way: up xtfw, down w, left fffw, right w\nEnter" in first.text
     text = env.step("\\boxed{up}").observation.text  # the box onto the target, the player to where it was
-    assert "Rows: wfff fxfy fwtp ffff" in text and "Up: yfw Down: fw" in text
+    assert "Rows: wfff fxfy fwtp ffff" in text and "Each way: up yfw, down fw," in text
