@@ -24,7 +24,7 @@ from agentrl.config.algo import EntropyConfig, GigpoConfig, ReplayConfig
 from agentrl.config.machines import check_machines
 from agentrl.config.model import LoraConfig
 from agentrl.config.run import VllmConfig
-from agentrl.config.staleness import check_max_staleness
+from agentrl.config.staleness import check_max_staleness, check_turns
 from agentrl.config.values import (
     AnchorKind,
     Backend,
@@ -179,6 +179,7 @@ def check_cross_fields(cfg: Any) -> None:
         raise UserError(f"hardware.strategy={strategy} needs GPUs; on CPU use hardware.strategy=ddp (hardware=cpu_ddp)")
     check_generate_in_bf16(cfg.rollout, cfg.hardware)
     check_max_staleness(cfg.rollout, cfg.hardware)  # config/staleness.py
+    check_turns(cfg)  # config/staleness.py
     if cfg.rollout.backend == Backend.hf:
         changed = _changed(cfg.rollout.vllm, VllmConfig())
         if changed:

@@ -26,6 +26,7 @@ from agentrl.config.values import (
     WandbMode,
     checked,
 )
+from agentrl.rollout.collector import TURNS
 
 
 @dataclass
@@ -99,6 +100,12 @@ class RolloutConfig:
     # the rows of the policy after max(0, t-1-K) updates, corrected by decoupled PPO (docs/architecture.md,
     # "Asynchronous rollouts"; docs/algorithms.md). 0: the synchronous loop
     max_staleness: int = checked(0, Interval(ge=0, le=8))
+    # lockstep: each turn generates for every active episode in one call, then waits for all their environments.
+    # ready: an episode's next turn is generated as soon as its environment has answered, batched with the others
+    # ready then, so a slow step holds back its own episode only; the rows are the same in any timing, but are not
+    # lockstep's (each turn samples from its own stream; docs/architecture.md, "Turns without lockstep"). Needs
+    # env.num_workers >= 1, model.attn_implementation=eager, fp32 on a CPU, one rank (config/staleness.py)
+    turns: str = checked("lockstep", TURNS)
 
 
 @dataclass

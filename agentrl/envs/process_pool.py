@@ -13,6 +13,9 @@ top-level function, a ``functools.partial`` of one, or a bound method of a
 picklable object (``HouseholdSuite("easy").make_env``); not a lambda or a local
 function. The worker imports the module that defines it.
 
+Submitted steps (``submit`` / ``take``, rollout.turns=ready) go to their workers at once and come back as
+each is done; ``timeout_s`` bounds them the same way, from the submit or the worker's last result.
+
 The interface and the slot logic shared with ``InlinePool`` are in
 agentrl/envs/workers.py (see its docstring).
 """
@@ -33,6 +36,7 @@ from agentrl.envs.base import AgentEnv
 from agentrl.envs.workers import (
     LOST,
     RESET,
+    STEP,
     EnvFault,
     _apply,
     _close_quietly,
@@ -138,6 +142,8 @@ class ProcessPool(_SlotPool):
         self._make_env = make_env
         self._ctx = mp.get_context(start_method)
         self._hosted: list[set[int]] = [set() for _ in range(num_workers)]  # slots each worker has built
+        self._flight: list[list[int]] = [[] for _ in range(num_workers)]  # submitted slots per worker, in order
+        self._flight_deadline: dict[int, float] = {}  # worker -> when its oldest submitted step times out
         self._workers: list[_Worker] = []
         try:
             for w in range(num_workers):
@@ -240,6 +246,86 @@ class ProcessPool(_SlotPool):
         self._hosted[w] = set()
         self.restarts += 1
         self._workers[w] = _Worker(self._ctx, self._make_env, w, self._parent_ends())
+
+    # ------------------------------------------------------------ submitted steps (workers.py: submit, take)
+
+    def _before_submit(self) -> None:
+        for w, worker in enumerate(self._workers):  # died while idle: replace it before sending anything
+            if not self._flight[w] and not worker.alive():
+                self._replace(w, f"worker died (exit code {worker.process.exitcode}) between calls")
+
+    def _start(self, items: list[tuple[int, Any]]) -> None:
+        shares: dict[int, list[tuple[int, Any]]] = {}
+        for slot, arg in items:
+            shares.setdefault(slot % self.num_workers, []).append((slot, arg))
+        for w, share in shares.items():
+            try:
+                self._workers[w].conn.send((STEP, share))
+            except (OSError, EOFError):
+                self._flight[w].extend(slot for slot, _ in share)
+                self._fail_flight(w, self._death_message(w, STEP))
+                continue
+            if not self._flight[w]:
+                self._flight_deadline[w] = time.monotonic() + self.timeout_s
+            self._flight[w].extend(slot for slot, _ in share)
+
+    def _arrived(self, timeout: float | None) -> None:
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            busy = [w for w in range(self.num_workers) if self._flight[w]]
+            if not busy:
+                return
+            waits = {}
+            for w in busy:
+                waits[self._workers[w].conn] = w
+                waits[self._workers[w].process.sentinel] = w
+            now = time.monotonic()
+            limit = min(self._flight_deadline[w] for w in busy) - now
+            if end is not None:
+                limit = min(limit, end - now)
+            ready = {waits[r] for r in wait(list(waits), max(0.0, limit))}
+            for w in busy:  # every worker with results: the ones that came while waiting on the first
+                if w in ready or self._workers[w].conn.poll():
+                    self._gather_flight(w)
+            now = time.monotonic()
+            for w in [w for w in busy if self._flight[w] and self._flight_deadline[w] <= now]:
+                self._fail_flight(
+                    w,
+                    f"timeout after {self.timeout_s:g} s in {STEP}",
+                    f"worker restarted after a timeout in another slot's {STEP}",
+                )
+            if self._done or (end is not None and now >= end):
+                return
+
+    def _gather_flight(self, w: int) -> None:
+        """Read every result worker ``w`` has sent of its submitted steps; replace it if it died."""
+        conn, flight = self._workers[w].conn, self._flight[w]
+        try:
+            while flight and conn.poll():
+                self._done.append((flight.pop(0), _loads(conn.recv_bytes())))
+                self._flight_deadline[w] = time.monotonic() + self.timeout_s
+        except (EOFError, OSError):
+            pass
+        else:
+            if not flight or self._workers[w].alive():
+                return
+        if flight:
+            self._fail_flight(w, self._death_message(w, STEP))
+
+    def _fail_flight(self, w: int, message: str, others: str | None = None) -> None:
+        """Fault worker ``w``'s submitted steps (the first one gets ``message``) and replace the worker."""
+        flight, self._flight[w] = self._flight[w], []
+        for k, slot in enumerate(flight):
+            self._done.append((slot, EnvFault(message if k == 0 or others is None else others)))
+        self._flight_deadline.pop(w, None)
+        self._replace(w, message)
+
+    def _abandon(self) -> None:
+        for w, flight in enumerate(self._flight):  # results still on their way would answer the next call
+            if flight:
+                self._workers[w].kill()  # replaced, its slots lost, at the next call
+                flight.clear()
+        self._flight_deadline.clear()
 
     def close(self, timeout_s: float = 2.0) -> None:
         """Ask every worker to stop, then terminate and kill what has not exited in ``timeout_s``."""

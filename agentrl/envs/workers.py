@@ -26,6 +26,16 @@ This module holds the interface every caller uses (``EnvFault``, ``EnvPool``,
 ``make_pool``), the slot logic both pools share, and ``InlinePool``.
 ``ProcessPool`` (timeouts, worker deaths, replacement) lives in
 agentrl/envs/process_pool.py and is re-exported here.
+
+Steps without waiting (``rollout.turns=ready``, agentrl/rollout/ready_turns.py): ``submit(items)`` starts the
+steps of ``(slot, action)`` pairs and returns at once; ``take(timeout)`` returns ``(slot, result)`` for the
+submitted steps that are done, in the order they came, waiting up to ``timeout`` seconds (None: until one is)
+when none is yet. A slot is in flight from its submit to the take that returns it; a ``reset`` or ``step`` call
+while steps are in flight, or a submit of a slot in flight, is a programming error. ``discard()`` forgets what is
+in flight (a rollout abandoned halfway): ``ProcessPool`` kills the workers that hold it, which lose their slots.
+``ProcessPool`` runs the steps of different workers at once; ``InlinePool`` runs each step at its submit, one
+after another (its environments swap python's global ``random`` around their calls, agentrl/envs/own_random.py,
+which threads would share).
 """
 
 from __future__ import annotations
@@ -138,6 +148,8 @@ class _SlotPool:
         self._dropped: dict[int, str] = {}  # slot -> why its environment is gone (a step gets an EnvFault)
         self._live: set[int] = set()  # slots reset successfully and not dropped since
         self._dropped_now: set[int] = set()  # slots dropped during the current call
+        self._in_flight: set[int] = set()  # slots submitted and not yet taken
+        self._done: list[tuple[int, Any]] = []  # (slot, result) of submitted steps, not yet taken
 
     def reset(self, items: list[tuple[int, Task]]) -> list[Observation | EnvFault]:
         return self._call(RESET, items)
@@ -148,6 +160,8 @@ class _SlotPool:
     def _call(self, op: str, items: Sequence[tuple[int, Any]]) -> list:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
+        if self._in_flight:
+            raise RuntimeError(f"{op} while submitted steps are in flight (take them first): {sorted(self._in_flight)}")
         pairs = [(_slot_id(slot), arg) for slot, arg in items]
         slots = [slot for slot, _ in pairs]
         if len(set(slots)) != len(slots):
@@ -177,6 +191,77 @@ class _SlotPool:
                 self._live.add(slot)
                 self._dropped.pop(slot, None)
         return results
+
+    # ------------------------------------------------------------ steps without waiting (see the module docstring)
+
+    def submit(self, items: list[tuple[int, str]]) -> None:
+        """Start the steps of ``(slot, action)`` pairs and return; ``take`` returns their results."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        pairs = [(_slot_id(slot), arg) for slot, arg in items]
+        slots = [slot for slot, _ in pairs]
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"a slot appears twice in one submit call: {sorted(slots)}")
+        for slot in slots:
+            if slot in self._in_flight:
+                raise ValueError(f"submit on slot {slot}, whose step is in flight")
+            if slot not in self._live and slot not in self._dropped:
+                raise ValueError(f"step on slot {slot}, which was never reset")
+        self._before_submit()
+        todo = []
+        for slot, arg in pairs:
+            self._in_flight.add(slot)
+            if slot in self._live:
+                todo.append((slot, arg))
+            else:
+                self._done.append((slot, EnvFault(self._dropped[slot])))
+        if todo:
+            self._start(todo)
+
+    def take(self, timeout: float | None = None) -> list[tuple[int, Step | EnvFault]]:
+        """``(slot, result)`` of the submitted steps that are done; waits up to ``timeout`` s (None: until one
+        is) while none is; ``[]`` when nothing is in flight."""
+        if self._closed:
+            raise RuntimeError(f"{type(self).__name__} is closed")
+        if not self._done and self._in_flight:
+            self._arrived(timeout)
+        done, self._done = self._done, []
+        for slot, result in done:
+            self._in_flight.discard(slot)
+            if isinstance(result, EnvFault):
+                self.faults += 1
+                log.debug("environment fault in step of slot %d: %s", slot, result.message)
+                if slot in self._live:  # else a worker's loss dropped it already
+                    self._drop(slot, REPLACED)
+            else:
+                self._live.add(slot)
+                self._dropped.pop(slot, None)
+        return done
+
+    @property
+    def in_flight(self) -> int:
+        """Submitted steps not yet taken."""
+        return len(self._in_flight)
+
+    def discard(self) -> None:
+        """Forget the steps in flight; their slots' environments are dropped (reset them first)."""
+        for slot in self._in_flight:
+            self._drop(slot, REPLACED)
+        self._in_flight, self._done = set(), []
+        self._abandon()
+
+    def _before_submit(self) -> None:
+        pass
+
+    def _start(self, items: list[tuple[int, Any]]) -> None:
+        raise NotImplementedError
+
+    def _arrived(self, timeout: float | None) -> None:
+        """Wait up to ``timeout`` for results of steps in flight and add them to ``self._done``."""
+        raise NotImplementedError
+
+    def _abandon(self) -> None:
+        pass
 
     def _drop(self, slot: int, why: str) -> None:
         self._live.discard(slot)
@@ -216,6 +301,12 @@ class InlinePool(_SlotPool):
 
     def _run(self, op: str, items: list[tuple[int, Any]]) -> list:
         return [_apply(self._envs, self._make_env, op, slot, arg) for slot, arg in items]
+
+    def _start(self, items: list[tuple[int, Any]]) -> None:  # at once, in order: nothing runs beside the caller
+        self._done.extend((slot, _apply(self._envs, self._make_env, STEP, slot, arg)) for slot, arg in items)
+
+    def _arrived(self, timeout: float | None) -> None:
+        pass  # every submitted step is done at its submit
 
     def close(self) -> None:
         if self._closed:

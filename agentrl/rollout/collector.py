@@ -9,7 +9,8 @@ processes for slow engines. An environment that raises, hangs or dies in reset o
 step ends that episode as failed; the fault is counted and the other episodes go on.
 
 This module holds what a policy sees and answers (`Turn`, `Reply`, `Policy`) and the lockstep loop (`collect`);
-the rows and episode results it yields, and their metrics, are agentrl/rollout/batch.py's.
+the rows and episode results it yields, and their metrics, are agentrl/rollout/batch.py's. `turns="ready"` plays
+each episode's turns as its environment answers instead (agentrl/rollout/ready_turns.py).
 """
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class Policy(Protocol):
 # (whether this rank plays another turn) -> (whether any rank does, whether a stop abandons the rollout)
 Lockstep = Callable[[bool], tuple[bool, bool]]
 
+# rollout.turns: every episode's turn t in one generation, or each episode's as its environment answers
+TURNS = ("lockstep", "ready")
+
 
 class RolloutAbandoned(Exception):
     """A stop (a signal) came during the rollout: its rows are dropped, the model has not changed."""
@@ -93,6 +97,7 @@ def collect(
     keep_transcripts: bool = False,
     on_turn: Callable[[int, int], None] | None = None,
     lockstep: Lockstep | None = None,
+    turns: str = "lockstep",
 ) -> StepBatch:
     """Roll out `group_size` episodes of each task in lockstep.
 
@@ -101,7 +106,25 @@ def collect(
     pool is made for this call. `on_turn(turn, limit)` is called after each lockstep
     turn (progress reports). `lockstep` (the trainer's) is asked before each turn and once at the end whether to
     play on and whether a stop abandons the rollout (`RolloutAbandoned`); with several ranks it asks them all.
+    `turns="ready"`: each episode's turns as its environment answers (agentrl/rollout/ready_turns.py).
     """
+    if turns != "lockstep":
+        if turns not in TURNS:
+            raise ValueError(f"turns must be one of {TURNS}, got {turns!r}")
+        from agentrl.rollout.ready_turns import collect_ready  # it imports this module
+
+        return collect_ready(
+            suite,
+            tasks,
+            group_size,
+            policy,
+            prompt,
+            max_steps=max_steps,
+            pool=pool,
+            keep_transcripts=keep_transcripts,
+            on_turn=on_turn,
+            lockstep=lockstep,
+        )
     limit = max_steps or suite.max_steps
     reply_format = reply_format_of(suite)
     own_pool = pool is None

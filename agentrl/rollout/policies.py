@@ -3,6 +3,16 @@
 `HFPolicy` is the CPU path (and the default on one GPU): one batched, left-padded
 `generate` call per turn for every active episode. It returns token ids and the
 behaviour log-probs of the sampled tokens.
+
+`act_keyed` (rollout.turns=ready, agentrl/rollout/ready_turns.py) gives each reply independently of the other
+prompts of its call. Measured on a 2-core AMD EPYC in fp32 (tests/rollout/test_ready_turns.py): a row's ids and
+log-probs change in the last bits with its left-padded width, with the batch's size (the CPU's matrix product
+takes rows in blocks of 4 and the rest another way: a lone row, or the last 1 to 3 of a small batch, come out
+otherwise) and, with SDPA, with its place in the batch. With eager attention, a fixed width and a batch of a
+multiple of 4 rows, they are the same to the bit in any batch at any place. So each prompt is padded to its length
+rounded up to `KEYED_WIDTH` tokens (one `generate` call per width), the call to a multiple of `KEYED_ROWS` rows
+(copies of its first row, which generate what it does), and each row samples from a `torch.Generator` of its own,
+seeded by its key.
 """
 
 from __future__ import annotations
@@ -15,6 +25,11 @@ import torch
 
 from agentrl.rollout.collector import Reply, Turn
 from agentrl.rollout.parsing import format_reply
+
+# act_keyed pads each prompt to a multiple of this many tokens: its row's width depends on itself alone
+KEYED_WIDTH = 64
+# and each call to a multiple of this many rows: every row goes through the same path of the matrix products
+KEYED_ROWS = 4
 
 
 @dataclass
@@ -67,6 +82,38 @@ class HFPolicy:
         self.eos_token_ids = [e for e in eos if e is not None]
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
 
+    def rollout_seed(self) -> int:
+        """A seed for one rollout's per-turn streams (`act_keyed`), drawn from the policy's stream."""
+        return int(torch.randint(0, 2**62, (1,), generator=self.generator))
+
+    @torch.no_grad()
+    def act_keyed(self, turns: list[Turn], keys: list[int]) -> list[Reply]:
+        """`act`'s replies, each the same whichever other turns share the call (the module docstring): the row
+        of `turns[i]` samples from a generator seeded with `keys[i]`. Needs eager attention."""
+        kernel = getattr(getattr(self.model, "config", None), "_attn_implementation", None)
+        if kernel != "eager":
+            from agentrl.errors import UserError
+
+            raise UserError(
+                f"rollout.turns=ready generates each row independently of its batch with eager attention only; "
+                f"the model's is {kernel}: set model.attn_implementation=eager"
+            )
+        if not turns:
+            return []
+        s = self.sampling
+        prompts = chat_prompts_ids(self.tokenizer, [t.prompt for t in turns], s.max_prompt_tokens)
+        device = next(self.model.parameters()).device
+        by_width: dict[int, list[int]] = {}
+        for i, p in enumerate(prompts):
+            by_width.setdefault(-(-max(len(p), 1) // KEYED_WIDTH) * KEYED_WIDTH, []).append(i)
+        replies: list[Reply | None] = [None] * len(turns)
+        for width, rows in sorted(by_width.items()):
+            padded = rows + [rows[0]] * (-len(rows) % KEYED_ROWS)
+            generators = [torch.Generator(device=device).manual_seed(keys[i]) for i in padded]
+            for i, reply in zip(rows, self._generate([prompts[i] for i in padded], width, device, generators)):
+                replies[i] = reply
+        return replies
+
     @torch.no_grad()
     def act(self, turns: list[Turn]) -> list[Reply]:
         if not turns:
@@ -74,7 +121,12 @@ class HFPolicy:
         s = self.sampling
         prompts = chat_prompts_ids(self.tokenizer, [t.prompt for t in turns], s.max_prompt_tokens)
         device = next(self.model.parameters()).device
-        width = max(len(p) for p in prompts)
+        return self._generate(prompts, max(len(p) for p in prompts), device)
+
+    def _generate(
+        self, prompts: list[list[int]], width: int, device, generators: list[torch.Generator] | None = None
+    ) -> list[Reply]:
+        s = self.sampling
         input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)
         attention = torch.zeros((len(prompts), width), dtype=torch.long)
         for i, p in enumerate(prompts):  # left padding: generation continues from the right edge
@@ -91,6 +143,7 @@ class HFPolicy:
             pad_token_id=self.pad_id,
             interrupt=self.interrupt,
             generator=self.generator,
+            generators=generators,
         )
         if was_training:
             self.model.train()
@@ -126,6 +179,7 @@ def generate_with_logprobs(
     pad_token_id: int,
     interrupt: Callable[[], bool] | None = None,
     generator: torch.Generator | None = None,
+    generators: list[torch.Generator] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """(B, T) generated ids after the prompt, and (B, T) fp32 behaviour log-probs on the CPU of each under the
     distribution it was sampled from (None when nothing was generated). Positions after a sequence's end token hold
@@ -141,7 +195,9 @@ def generate_with_logprobs(
 
     With a `generator`, the next token is drawn from that generator (`_DrawFrom`, after the recorder) and `generate`
     runs greedy on the one token left: the same distribution, a stream of its own that another thread's sampling
-    (an evaluation beside an asynchronous rollout) cannot advance, and torch's global stream untouched.
+    (an evaluation beside an asynchronous rollout) cannot advance, and torch's global stream untouched. With
+    `generators`, one per row (`_DrawEach`, in place of `generator`), row i's tokens are drawn from its own: its
+    draws do not depend on the other rows of the call.
     """
     from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopPLogitsWarper
 
@@ -152,6 +208,8 @@ def generate_with_logprobs(
         warpers.append(TopPLogitsWarper(s.top_p))
     recorder = _SampledLogprobs()
     draw = [_DrawFrom(generator)] if generator is not None and not s.greedy else []
+    if generators is not None and not s.greedy:
+        draw = [_DrawEach(generators)]
     sequences = model.generate(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -232,6 +290,21 @@ class _DrawFrom:
         return chosen.scatter_(-1, tokens, 0.0)
 
 
+class _DrawEach:
+    """`_DrawFrom` with one generator per row: row i's token is drawn from `generators[i]` alone."""
+
+    def __init__(self, generators: list[torch.Generator]):
+        self.generators = generators
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = scores.float().softmax(-1)
+        tokens = torch.cat(
+            [torch.multinomial(probs[i : i + 1].to(g.device), 1, generator=g) for i, g in enumerate(self.generators)]
+        ).to(scores.device)
+        chosen = torch.full_like(scores, float("-inf"))
+        return chosen.scatter_(-1, tokens, 0.0)
+
+
 def _logprob_of(scores: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
     """(B,) log-softmax of one step's (B, V) scores at each row's token: one fp32 row per sequence, while it lasts."""
     return scores.float().log_softmax(-1).gather(-1, tokens[:, None]).squeeze(-1)
@@ -266,5 +339,17 @@ class RandomPolicy:
         for t in turns:
             actions = t.observation.admissible_actions
             action = self.rng.choice(actions) if actions else "look"
+            replies.append(Reply(text=format_reply(action, t.reply_format)))
+        return replies
+
+    def rollout_seed(self) -> int:
+        return self.rng.getrandbits(62)
+
+    def act_keyed(self, turns: list[Turn], keys: list[int]) -> list[Reply]:
+        """`act`, each turn drawing from a `random.Random` seeded with its key (rollout.turns=ready)."""
+        replies = []
+        for t, key in zip(turns, keys):
+            actions = t.observation.admissible_actions
+            action = random.Random(key).choice(actions) if actions else "look"
             replies.append(Reply(text=format_reply(action, t.reply_format)))
         return replies

@@ -158,4 +158,5 @@ class AsyncRolloutHooks:
                 max_steps=cfg.env.max_steps,
                 pool=self._worker_pool,
                 lockstep=lambda going: (going, self._worker_should_stop()),
+                turns=cfg.rollout.turns,
             )

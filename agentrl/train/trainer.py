@@ -167,6 +167,7 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
                 max_steps=cfg.env.max_steps,
                 pool=self.pool,
                 lockstep=lockstep,
+                turns=cfg.rollout.turns,
             )
 
     def _lockstep(self, going: bool) -> tuple[bool, bool]:

@@ -1,0 +1,168 @@
+"""Turns without lockstep (`rollout.turns=ready`): each episode plays its next turn as soon as its environment
+has answered, so that one slow step holds back its own episode only.
+
+The loop: the episodes whose environment has answered are generated for in one call (`policy.act_keyed`), their
+actions are submitted to the pool without waiting (`EnvPool.submit`), and whatever steps are done are taken
+(`EnvPool.take`) to make the next ready set. A row and its content never depend on which episodes shared its
+generation: the policy's `act_keyed` makes each reply a function of the turn and its key alone (HF: a width of its
+own, a generator of its own; agentrl/rollout/policies.py), the key is drawn from the rollout's seed, the episode and
+the step (`turn_key`), and the rows are put in lockstep's order (by step, then episode) at the end.
+
+What lockstep does stays: resets in one call, faults and timeouts ending their episode only, `max_steps` per
+episode, the rollout's `lockstep` callable asked before the first episode plays each turn number and once at the
+end (a stop abandons the rollout: `RolloutAbandoned`), and `on_turn(t, limit)` once every episode has played turn t.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from agentrl.envs.base import Task, TaskSuite
+from agentrl.envs.workers import EnvFault, EnvPool, InlinePool
+from agentrl.errors import UserError
+from agentrl.rollout.batch import StepBatch
+from agentrl.rollout.collector import (
+    Lockstep,
+    Policy,
+    PromptSpec,
+    _advance,
+    _agreed,
+    _Episode,
+    _fault,
+    _row,
+    _turn,
+    reply_format_of,
+)
+from agentrl.rollout.parsing import action_for_env, parse_reply
+
+
+def turn_key(seed: int, episode: int, step: int) -> int:
+    """The seed of one turn's sampling: a function of the rollout's seed, the episode and the step alone."""
+    return int(np.random.SeedSequence([seed, episode, step]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class _Edges:
+    """When to ask `lockstep` (before the first episode plays turn t) and to report `on_turn` (after the last)."""
+
+    def __init__(self, lockstep: Lockstep | None, on_turn: Callable[[int, int], None] | None, limit: int):
+        self.lockstep, self.on_turn, self.limit = lockstep, on_turn, limit
+        self.asked = 0  # turn numbers asked about so far
+        self.reported = 0  # turns reported so far
+
+    def lead(self, turn: int) -> bool:
+        """Ask about every turn number up to `turn`; False where the ranks agree to play no more."""
+        while self.lockstep is not None and self.asked <= turn:
+            going = _agreed(self.lockstep, True, self.asked)
+            self.asked += 1
+            if not going:
+                return False
+        return True
+
+    def trail(self, played: int) -> None:
+        """Every episode has played its turns below `played`."""
+        while self.on_turn is not None and self.reported < played:
+            self.reported += 1
+            self.on_turn(self.reported, self.limit)
+
+    def finish(self, stopped: bool) -> None:
+        """As lockstep ends: a rank done early asks on until every rank is, then once more for the last turn."""
+        if self.lockstep is None:
+            return
+        if not stopped:
+            for t in range(self.asked, self.limit):
+                if not _agreed(self.lockstep, False, t):
+                    break
+        _agreed(self.lockstep, False, self.limit)
+
+
+def collect_ready(
+    suite: TaskSuite,
+    tasks: Sequence[Task],
+    group_size: int,
+    policy: Policy,
+    prompt: PromptSpec,
+    *,
+    max_steps: int | None = None,
+    pool: EnvPool | None = None,
+    keep_transcripts: bool = False,
+    on_turn: Callable[[int, int], None] | None = None,
+    lockstep: Lockstep | None = None,
+) -> StepBatch:
+    """`collect`'s rows (agentrl/rollout/collector.py) with each episode's turns played as its environment answers."""
+    act_keyed = getattr(policy, "act_keyed", None)
+    if act_keyed is None or not hasattr(policy, "rollout_seed"):
+        raise UserError(
+            f"rollout.turns=ready needs a policy whose replies do not depend on the batch (act_keyed and "
+            f"rollout_seed); {type(policy).__name__} has none: use rollout.turns=lockstep"
+        )
+    limit = max_steps or suite.max_steps
+    reply_format = reply_format_of(suite)
+    own_pool = pool is None
+    if pool is None:
+        pool = InlinePool(suite.make_env)
+    episodes = [
+        _Episode(g * group_size + k, g, task, prompt.history_length)
+        for g, task in enumerate(tasks)
+        for k in range(group_size)
+    ]
+    by_slot = {ep.index: ep for ep in episodes}
+    played = {ep.index: 0 for ep in episodes}  # turns each episode has played
+    rows = []
+    edges = _Edges(lockstep, on_turn, limit)
+    try:
+        for ep, first in zip(episodes, pool.reset([(ep.index, ep.task) for ep in episodes])):
+            if isinstance(first, EnvFault):
+                _fault(ep, "reset", first.message)
+            else:
+                ep.observation = first
+        seed = policy.rollout_seed()
+        ready = [ep for ep in episodes if not ep.done]
+        waiting: dict[int, tuple] = {}  # slot -> (turn, reply, parsed action, action) of its step in flight
+        stopped = False
+        while True:
+            if ready and not stopped and not edges.lead(max(played[ep.index] for ep in ready)):
+                stopped = True  # the ranks agree to play no more: the steps in flight still count
+            if ready and not stopped:
+                turns = [_turn(ep, prompt, played[ep.index], reply_format) for ep in ready]
+                replies = act_keyed(turns, [turn_key(seed, ep.index, played[ep.index]) for ep in ready])
+                parsed = [parse_reply(reply.text, reply_format) for reply in replies]
+                actions = [action_for_env(reply.text, p, reply_format) for reply, p in zip(replies, parsed)]
+                for ep, turn, reply, p, action in zip(ready, turns, replies, parsed, actions):
+                    waiting[ep.index] = (turn, reply, p, action)
+                pool.submit([(ep.index, action) for ep, action in zip(ready, actions)])
+            ready = []
+            if not waiting:
+                break
+            for slot, outcome in pool.take(timeout=None):
+                ep, (turn, reply, p, action) = by_slot[slot], waiting.pop(slot)
+                t = played[slot]
+                row = _row(ep, turn, reply, p, outcome, t)
+                rows.append(row)
+                _advance(ep, row, action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
+                played[slot] = t + 1
+                if not ep.done:
+                    ready.append(ep)
+            ready.sort(key=lambda ep: ep.index)
+            going = [played[ep.index] for ep in episodes if not ep.done]
+            edges.trail(min(going) if going and not stopped else max(played.values()))
+        edges.trail(max(played.values()))
+        edges.finish(stopped)
+    except BaseException:
+        if not own_pool:
+            pool.discard()  # the steps still in flight would answer the next rollout
+        raise
+    finally:
+        if own_pool:
+            pool.close()
+
+    batch = StepBatch()
+    for row in sorted(rows, key=lambda row: (row["step"], row["episode"])):  # lockstep's order
+        batch.append(row)
+    for ep in episodes:
+        ep.result.won = ep.result.won and ep.result.fault is None
+        batch.episodes.append(ep.result)
+    won = {ep.index: ep.result.won for ep in episodes}
+    batch.won = [won[e] for e in batch.episode]
+    return batch
