@@ -26,8 +26,9 @@ import torch
 from agentrl.rollout.collector import Reply, Turn
 from agentrl.rollout.parsing import format_reply
 
-# act_keyed pads each prompt to a multiple of this many tokens: its row's width depends on itself alone
-KEYED_WIDTH = 64
+# act_keyed pads each prompt to a multiple of this many tokens: its row's width depends on itself alone (one call per
+# width: coarse, so that a turn's prompts mostly share one)
+KEYED_WIDTH = 256
 # and each call to a multiple of this many rows: every row goes through the same path of the matrix products
 KEYED_ROWS = 4
 

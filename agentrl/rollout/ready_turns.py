@@ -3,7 +3,10 @@ has answered, so that one slow step holds back its own episode only.
 
 The loop: the episodes whose environment has answered are generated for in one call (`policy.act_keyed`), their
 actions are submitted to the pool without waiting (`EnvPool.submit`), and whatever steps are done are taken
-(`EnvPool.take`) to make the next ready set. A row and its content never depend on which episodes shared its
+(`EnvPool.take`) to make the next ready set. After the first answer the loop waits for more, until every step in
+flight has answered or as long as the last generation took (at least `LINGER_S`): generation is one call at a time,
+so an answer that comes during a lone episode's generation would have waited as long. A row and its content never
+depend on which episodes shared its
 generation: the policy's `act_keyed` makes each reply a function of the turn and its key alone (HF: a width of its
 own, a generator of its own; agentrl/rollout/policies.py), the key is drawn from the rollout's seed, the episode and
 the step (`turn_key`), and the rows are put in lockstep's order (by step, then episode) at the end.
@@ -15,6 +18,7 @@ end (a stop abandons the rollout: `RolloutAbandoned`), and `on_turn(t, limit)` o
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -36,6 +40,11 @@ from agentrl.rollout.collector import (
     reply_format_of,
 )
 from agentrl.rollout.parsing import action_for_env, parse_reply
+
+# after the first answer, the loop waits for more before it generates: at least LINGER_S, at most LINGER_SHARE of the
+# last generation's time (see the module docstring)
+LINGER_S = 0.005
+LINGER_SHARE = 1.0
 
 
 def turn_key(seed: int, episode: int, step: int) -> int:
@@ -120,13 +129,15 @@ def collect_ready(
         seed = policy.rollout_seed()
         ready = [ep for ep in episodes if not ep.done]
         waiting: dict[int, tuple] = {}  # slot -> (turn, reply, parsed action, action) of its step in flight
-        stopped = False
+        stopped, generation_s = False, 0.0
         while True:
             if ready and not stopped and not edges.lead(max(played[ep.index] for ep in ready)):
                 stopped = True  # the ranks agree to play no more: the steps in flight still count
             if ready and not stopped:
                 turns = [_turn(ep, prompt, played[ep.index], reply_format) for ep in ready]
+                started = time.monotonic()
                 replies = act_keyed(turns, [turn_key(seed, ep.index, played[ep.index]) for ep in ready])
+                generation_s = time.monotonic() - started
                 parsed = [parse_reply(reply.text, reply_format) for reply in replies]
                 actions = [action_for_env(reply.text, p, reply_format) for reply, p in zip(replies, parsed)]
                 for ep, turn, reply, p, action in zip(ready, turns, replies, parsed, actions):
@@ -135,7 +146,11 @@ def collect_ready(
             ready = []
             if not waiting:
                 break
-            for slot, outcome in pool.take(timeout=None):
+            answers = pool.take(timeout=None)
+            until = time.monotonic() + max(LINGER_S, LINGER_SHARE * generation_s)
+            while pool.in_flight and (left := until - time.monotonic()) > 0:
+                answers += pool.take(timeout=left)  # the steps that answer meanwhile join the same generation
+            for slot, outcome in answers:
                 ep, (turn, reply, p, action) = by_slot[slot], waiting.pop(slot)
                 t = played[slot]
                 row = _row(ep, turn, reply, p, outcome, t)

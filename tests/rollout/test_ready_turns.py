@@ -26,6 +26,7 @@ from agentrl.envs.latency import SlowEnv
 from agentrl.envs.workers import EnvFault, InlinePool, ProcessPool
 from agentrl.errors import UserError
 from agentrl.models.tiny import build_tokenizer
+from agentrl.rollout import ready_turns
 from agentrl.rollout.collector import PromptSpec, Reply, RolloutAbandoned, Turn, collect
 from agentrl.rollout.parsing import format_reply
 from agentrl.rollout.policies import HFPolicy, SamplingSpec
@@ -156,9 +157,10 @@ def test_one_slow_episode_does_not_hold_back_the_others():
     assert fast_done < slow_second  # every turn of the fast episode came before the slow one's second
 
 
-def test_rows_are_the_same_under_random_step_latencies():
-    """A tiny model's sampled rows, with steps that take a random few ms in two worker processes, twice, and with
-    instant steps in process: the same ids and log-probs, though the generation batches were not the same."""
+def test_rows_are_the_same_under_random_step_latencies(monkeypatch):
+    """A tiny model's sampled rows, with steps that take a random few ms (and 0.1 s more for two episodes) in two
+    worker processes, twice, and with instant steps in process: the same ids and log-probs, though the generation
+    batches were not the same (each generation takes the answers there are, without waiting for more)."""
     tokenizer = build_tokenizer(["<action>go to fridge 1</action> You arrive at countertop 1."] * 50, vocab_size=300)
     torch.manual_seed(0)
     config = Qwen2Config(
@@ -182,7 +184,8 @@ def test_rows_are_the_same_under_random_step_latencies():
         return batch, batches[start:]
 
     instant, instant_batches = run(InlinePool(SUITE.make_env))
-    with pool_of(2, jitter_s=0.01) as pool:
+    monkeypatch.setattr(ready_turns, "LINGER_SHARE", 0.0)  # no waiting for more answers: batches as they come
+    with pool_of(2, jitter_s=0.01, slow=(tasks(1)[0].task_id,), slow_s=0.1) as pool:  # a group of two slower ones
         first, first_batches = run(pool)
         second, second_batches = run(pool)
     same_rows(instant, first)
