@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import copy
 import random
-import re
 from typing import Any
 
 import numpy as np
@@ -209,8 +208,10 @@ class WordBoard(Log2Board):
 
 # Sokoban's cells as SokobanWords shows them, by GEM's room_state code (5, the player, is "q" on a target).
 SOKOBAN_LETTERS = {0: "w", 1: "f", 2: "t", 3: "y", 4: "x", 5: "p"}
-# GEM's instructions draw their example move at random (sample_random_action) at every reset; SokobanWords shows one.
-SOKOBAN_EXAMPLE = re.compile(r"For example: \\boxed\{\w+\} to move \w+\.")
+# What SokobanWords shows for GEM's instructions (about 200 tokens of the tiny model's, in every prompt): one line.
+SOKOBAN_RULES = (
+    "Sokoban: push every box onto a target within {turns} turns; a move into a box pushes it. Reply \\boxed{{move}}."
+)
 
 
 class SokobanWords(Log2Board):
@@ -218,12 +219,14 @@ class SokobanWords(Log2Board):
     p the player, q the player on a target, which GEM's grid shows as P): each row of the room inside its border
     (always wall in GEM's generator), then each column, as one word; then, for each move, the cells from the
     player to the first wall that way (``Each way: up xtw, down fw, ...``: up, a box, then a target, then a wall:
-    pushing up puts the box on the target), each after the move's name as the action list spells it. The instructions' example move is always up (GEM draws it at random at each reset, a token in
-    every prompt that says nothing). Everything else is GEM's game."""
+    pushing up puts the box on the target), each after the move's name as the action list spells it. GEM's
+    instructions (a legend of its grid, and an example move it draws at random at each reset) are one line
+    (`SOKOBAN_RULES`): the prompt is a third as long, so that the board is a larger share of what the tiny model's
+    attention spreads over. Everything else is GEM's game."""
 
     def reset(self, seed: int | None = None):
-        obs, info = super().reset(seed=seed)
-        return SOKOBAN_EXAMPLE.sub(lambda _: "For example: \\boxed{up} to move up.", obs), info
+        _, info = super().reset(seed=seed)
+        return SOKOBAN_RULES.format(turns=getattr(self._env, "unwrapped", self._env).max_turns), info
 
     def _shown(self, info: dict) -> dict:
         game = getattr(self._env, "unwrapped", self._env)
