@@ -113,38 +113,50 @@ def greedy_2048_plan(game) -> list[str]:
 SOKOBAN_MOVES = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 
 
+def sokoban_step(walls, boxes: frozenset, player: tuple, move: str) -> tuple[tuple, frozenset] | None:
+    """The (player, boxes) a move leads to under GEM's rules (`SokobanEnv._push`): a step onto floor or a target
+    moves; a step into a box pushes it where the cell beyond is neither wall nor box; None where the move changes
+    nothing (a wasted turn). ``walls`` holds every cell off the room (GEM's rooms have a wall border)."""
+    dr, dc = SOKOBAN_MOVES[move]
+    cell = (player[0] + dr, player[1] + dc)
+    if cell in walls:
+        return None
+    if cell not in boxes:
+        return cell, boxes
+    beyond = (cell[0] + dr, cell[1] + dc)
+    if beyond in walls or beyond in boxes:
+        return None
+    return cell, boxes - {cell} | {beyond}
+
+
+def sokoban_state(game) -> tuple[set, frozenset, frozenset, tuple]:
+    """GEM's Sokoban room as (walls, targets, boxes, player): cells as (row, column)."""
+    fixed, state = game.room_fixed, game.room_state
+    walls = {(int(r), int(c)) for r, c in zip(*np.nonzero(fixed == 0))}
+    targets = frozenset((int(r), int(c)) for r, c in zip(*np.nonzero(fixed == 2)))
+    boxes = frozenset((int(r), int(c)) for r, c in zip(*np.nonzero((state == 3) | (state == 4))))
+    return walls, targets, boxes, tuple(int(x) for x in game.player_position)
+
+
 def sokoban_plan(game) -> list[str]:
     """Sokoban's expert: a breadth-first search over (player, boxes) from the room just reset, under GEM's rules
     (`SokobanEnv._push`: a step onto floor or a target moves; a step into a box pushes it where the cell beyond is
     floor or a target; any other step is a wasted turn, which the search never takes), to the first state with every
     box on a target: a shortest winning plan. It searches at most `max_turns` moves deep and returns [] where no plan
     wins within them (a plan that does not win: agentrl sft drops its episode)."""
-    fixed, state = game.room_fixed, game.room_state
-    walls = {(r, c) for r, c in zip(*np.nonzero(fixed == 0))}
-    targets = frozenset((r, c) for r, c in zip(*np.nonzero(fixed == 2)))
-    boxes = frozenset((r, c) for r, c in zip(*np.nonzero((state == 3) | (state == 4))))
-    rows, columns = state.shape
-    start = (tuple(int(x) for x in game.player_position), boxes)
+    walls, targets, boxes, player = sokoban_state(game)
+    start = (player, boxes)
     parent: dict = {start: None}
     frontier = [start]
     for _ in range(game.max_turns - game.turn_count):
         following = []
         for player, boxes in frontier:
-            for move, (dr, dc) in SOKOBAN_MOVES.items():
-                cell = (player[0] + dr, player[1] + dc)
-                if not (0 <= cell[0] < rows and 0 <= cell[1] < columns) or cell in walls:
-                    continue
-                moved = boxes
-                if cell in boxes:
-                    beyond = (cell[0] + dr, cell[1] + dc)
-                    if not (0 <= beyond[0] < rows and 0 <= beyond[1] < columns) or beyond in walls or beyond in boxes:
-                        continue
-                    moved = boxes - {cell} | {beyond}
-                nxt = (cell, moved)
-                if nxt in parent:
+            for move in SOKOBAN_MOVES:
+                nxt = sokoban_step(walls, boxes, player, move)
+                if nxt is None or nxt in parent:
                     continue
                 parent[nxt] = ((player, boxes), move)
-                if moved <= targets:
+                if nxt[1] <= targets:
                     plan = []
                     while parent[nxt] is not None:
                         nxt, move = parent[nxt]
@@ -218,8 +230,11 @@ class SokobanWords(Log2Board):
     """Sokoban with its room shown as words, a letter a cell (w wall, f floor, t target, x box, y box on a target,
     p the player, q the player on a target, which GEM's grid shows as P): each row of the room inside its border
     (always wall in GEM's generator), then each column, as one word; then, for each move, the cells from the
-    player to the first wall that way (``Each way: up xtw, down fw, ...``: up, a box, then a target, then a wall:
-    pushing up puts the box on the target), each after the move's name as the action list spells it. GEM's
+    player to the first wall that way, for each move that changes the room (``Each way: up xtw, left fw``: up, a
+    box, then a target, then a wall: pushing up puts the box on the target), each after the move's name as the
+    action list spells it. Those moves are also the state's action list (``info["admissible_actions"]``), so that
+    the random play a tiny model is warmed up on copies a move from a list that changes with the room (as on
+    household), and a move that wastes the turn (into a wall, or a box that cannot move) is an invalid action. GEM's
     instructions (a legend of its grid, and an example move it draws at random at each reset) are one line
     (`SOKOBAN_RULES`): the prompt is a third as long, so that the board is a larger share of what the tiny model's
     attention spreads over. Everything else is GEM's game."""
@@ -230,6 +245,8 @@ class SokobanWords(Log2Board):
 
     def _shown(self, info: dict) -> dict:
         game = getattr(self._env, "unwrapped", self._env)
+        walls, _, boxes, player = sokoban_state(game)
+        legal = [move for move in SOKOBAN_MOVES if sokoban_step(walls, boxes, player, move) is not None]
         cells = [[SOKOBAN_LETTERS[int(v)] for v in row] for row in game.room_state]
         row, column = (int(x) for x in game.player_position)
         if game.room_fixed[row, column] == 2:
@@ -238,15 +255,17 @@ class SokobanWords(Log2Board):
         rows = " ".join("".join(line) for line in inner)
         columns = " ".join("".join(line) for line in zip(*inner))
         rays = []
-        for move, (dr, dc) in SOKOBAN_MOVES.items():
-            ray, r, c = "", row + dr, column + dc
+        for move in legal:
+            (dr, dc), ray = SOKOBAN_MOVES[move], ""
+            r, c = row + dr, column + dc
             while 0 <= r < len(cells) and 0 <= c < len(cells[0]):
                 ray += cells[r][c]
                 if cells[r][c] == "w":
                     break
                 r, c = r + dr, c + dc
             rays.append(f"{move} {ray}")
-        return {**info, "suffix": f"Rows: {rows}\nColumns: {columns}\nEach way: {', '.join(rays)}\nEnter your move."}
+        shown = f"Rows: {rows}\nColumns: {columns}\nEach way: {', '.join(rays)}\nEnter your move."
+        return {**info, "suffix": shown, "admissible_actions": legal or list(SOKOBAN_MOVES)}
 
 
 # agentrl's own kwargs of make_gem (not GEM's): how a game's board is shown, by name, then by the games' id prefix.
