@@ -1,11 +1,14 @@
 """Turns without lockstep (rollout.turns=ready, agentrl/rollout/ready_turns.py): each episode's turn is generated
 as soon as its environment has answered, and the rows do not depend on the timing.
 
-The finding the mode rests on, measured here: HF generation on a CPU in fp32 with eager attention gives a row the
-same ids and log-probs to the bit whatever other prompts share its batch and wherever it sits in it, as long as the
-row's left-padded width is the same (`HFPolicy.act_keyed` pads each prompt to a width of its own). With SDPA, or
-with the width of the longest prompt of the batch (`act`), a row's log-probs change in the last bits with the batch
-(a 2-core AMD EPYC, torch 2.13: 8 of 30 placements of one prompt in batches of 2 to 12 differed, by 4.8e-7)."""
+The finding the mode rests on (2-core AMD EPYC with AVX-512, torch 2.13, fp32, tiny Qwen2 models): HF generation
+gives a row other log-probs, in the last bits, in another batch. Alone against in batches of 2 to 16 at a fixed width:
+167 of 238 placements differed (the matrix product takes rows 4 at a time and the rest another way); with the
+batch padded to a multiple of 2, 158 of 224; of 4, 0 of 238 (0 of 451 in batches of 2 to 64). With the width of the
+batch's longest prompt instead of a fixed one, 6 of 451 still differed; with SDPA, a row's values also changed with
+its place in a batch of fixed shape. Eager attention, a width of the row's own (`KEYED_WIDTH`) and batches of a
+multiple of 4 rows (`KEYED_ROWS`) are what `HFPolicy.act_keyed` uses; `test_a_row_is_the_same_alone_and_in_any_batch`
+checks it on the machine that runs it."""
 
 from __future__ import annotations
 
