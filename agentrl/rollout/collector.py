@@ -130,18 +130,9 @@ def collect(
     own_pool = pool is None
     if pool is None:
         pool = InlinePool(suite.make_env)
-    episodes = [
-        _Episode(g * group_size + k, g, task, prompt.history_length)
-        for g, task in enumerate(tasks)
-        for k in range(group_size)
-    ]
+    episodes = _episodes(tasks, group_size, prompt.history_length)
     try:
-        for ep, first in zip(episodes, pool.reset([(ep.index, ep.task) for ep in episodes])):
-            if isinstance(first, EnvFault):
-                _fault(ep, "reset", first.message)
-            else:
-                ep.observation = first
-
+        _reset(pool, episodes)
         batch = StepBatch()
         for t in range(limit):
             active = [ep for ep in episodes if not ep.done]
@@ -168,7 +159,27 @@ def collect(
     finally:
         if own_pool:
             pool.close()
+    return _with_outcomes(batch, episodes)
 
+
+def _episodes(tasks: Sequence[Task], group_size: int, history_length: int) -> list[_Episode]:
+    """`group_size` episodes of each task, numbered group by group (an episode's number is its pool slot)."""
+    return [
+        _Episode(g * group_size + k, g, task, history_length) for g, task in enumerate(tasks) for k in range(group_size)
+    ]
+
+
+def _reset(pool: EnvPool, episodes: list[_Episode]) -> None:
+    """Reset every episode's environment in one call; a reset that faults ends its episode."""
+    for ep, first in zip(episodes, pool.reset([(ep.index, ep.task) for ep in episodes])):
+        if isinstance(first, EnvFault):
+            _fault(ep, "reset", first.message)
+        else:
+            ep.observation = first
+
+
+def _with_outcomes(batch: StepBatch, episodes: list[_Episode]) -> StepBatch:
+    """The batch with its episode results and each row's episode outcome (`won`), once every episode is over."""
     for ep in episodes:
         ep.result.won = ep.result.won and ep.result.fault is None
         batch.episodes.append(ep.result)

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from agentrl.envs.base import Task, TaskSuite
-from agentrl.envs.workers import EnvFault, EnvPool, InlinePool
+from agentrl.envs.workers import EnvPool, InlinePool
 from agentrl.errors import UserError
 from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.collector import (
@@ -33,10 +33,11 @@ from agentrl.rollout.collector import (
     PromptSpec,
     _advance,
     _agreed,
-    _Episode,
-    _fault,
+    _episodes,
+    _reset,
     _row,
     _turn,
+    _with_outcomes,
     reply_format_of,
 )
 from agentrl.rollout.parsing import action_for_env, parse_reply
@@ -111,21 +112,13 @@ def collect_ready(
     own_pool = pool is None
     if pool is None:
         pool = InlinePool(suite.make_env)
-    episodes = [
-        _Episode(g * group_size + k, g, task, prompt.history_length)
-        for g, task in enumerate(tasks)
-        for k in range(group_size)
-    ]
+    episodes = _episodes(tasks, group_size, prompt.history_length)
     by_slot = {ep.index: ep for ep in episodes}
     played = {ep.index: 0 for ep in episodes}  # turns each episode has played
     rows = []
     edges = _Edges(lockstep, on_turn, limit)
     try:
-        for ep, first in zip(episodes, pool.reset([(ep.index, ep.task) for ep in episodes])):
-            if isinstance(first, EnvFault):
-                _fault(ep, "reset", first.message)
-            else:
-                ep.observation = first
+        _reset(pool, episodes)
         seed = policy.rollout_seed()
         ready = [ep for ep in episodes if not ep.done]
         waiting: dict[int, tuple] = {}  # slot -> (turn, reply, parsed action, action) of its step in flight
@@ -175,9 +168,4 @@ def collect_ready(
     batch = StepBatch()
     for row in sorted(rows, key=lambda row: (row["step"], row["episode"])):  # lockstep's order
         batch.append(row)
-    for ep in episodes:
-        ep.result.won = ep.result.won and ep.result.fault is None
-        batch.episodes.append(ep.result)
-    won = {ep.index: ep.result.won for ep in episodes}
-    batch.won = [won[e] for e in batch.episode]
-    return batch
+    return _with_outcomes(batch, episodes)
