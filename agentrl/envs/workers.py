@@ -157,20 +157,28 @@ class _SlotPool:
     def step(self, items: list[tuple[int, str]]) -> list[Step | EnvFault]:
         return self._call(STEP, items)
 
-    def _call(self, op: str, items: Sequence[tuple[int, Any]]) -> list:
+    def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError(f"{type(self).__name__} is closed")
-        if self._in_flight:
-            raise RuntimeError(f"{op} while submitted steps are in flight (take them first): {sorted(self._in_flight)}")
+
+    def _checked_pairs(self, call: str, items: Sequence[tuple[int, Any]], steps: bool) -> list[tuple[int, Any]]:
+        """``items`` with checked slot ids: no slot twice in one call, and (``steps``) none that was never reset."""
         pairs = [(_slot_id(slot), arg) for slot, arg in items]
         slots = [slot for slot, _ in pairs]
         if len(set(slots)) != len(slots):
-            raise ValueError(f"a slot appears twice in one {op} call: {sorted(slots)}")
+            raise ValueError(f"a slot appears twice in one {call} call: {sorted(slots)}")
+        for slot in slots:
+            if steps and slot not in self._live and slot not in self._dropped:
+                raise ValueError(f"step on slot {slot}, which was never reset")
+        return pairs
+
+    def _call(self, op: str, items: Sequence[tuple[int, Any]]) -> list:
+        self._check_open()
+        if self._in_flight:
+            raise RuntimeError(f"{op} while submitted steps are in flight (take them first): {sorted(self._in_flight)}")
+        pairs = self._checked_pairs(op, items, steps=op == STEP)
         results: list = [None] * len(pairs)
         todo: list[tuple[int, int, Any]] = []  # (index in items, slot, arg)
-        for slot, _arg in pairs:
-            if op == STEP and slot not in self._live and slot not in self._dropped:
-                raise ValueError(f"step on slot {slot}, which was never reset")
         for i, (slot, arg) in enumerate(pairs):
             if op == RESET or slot in self._live:
                 todo.append((i, slot, arg))
@@ -196,17 +204,11 @@ class _SlotPool:
 
     def submit(self, items: list[tuple[int, str]]) -> None:
         """Start the steps of ``(slot, action)`` pairs and return; ``take`` returns their results."""
-        if self._closed:
-            raise RuntimeError(f"{type(self).__name__} is closed")
-        pairs = [(_slot_id(slot), arg) for slot, arg in items]
-        slots = [slot for slot, _ in pairs]
-        if len(set(slots)) != len(slots):
-            raise ValueError(f"a slot appears twice in one submit call: {sorted(slots)}")
-        for slot in slots:
+        self._check_open()
+        pairs = self._checked_pairs("submit", items, steps=True)
+        for slot, _ in pairs:
             if slot in self._in_flight:
                 raise ValueError(f"submit on slot {slot}, whose step is in flight")
-            if slot not in self._live and slot not in self._dropped:
-                raise ValueError(f"step on slot {slot}, which was never reset")
         self._before_submit()
         todo = []
         for slot, arg in pairs:
@@ -221,8 +223,7 @@ class _SlotPool:
     def take(self, timeout: float | None = None) -> list[tuple[int, Step | EnvFault]]:
         """``(slot, result)`` of the submitted steps that are done; waits up to ``timeout`` s (None: until one
         is) while none is; ``[]`` when nothing is in flight."""
-        if self._closed:
-            raise RuntimeError(f"{type(self).__name__} is closed")
+        self._check_open()
         if not self._done and self._in_flight:
             self._arrived(timeout)
         done, self._done = self._done, []
