@@ -1,7 +1,8 @@
-"""What this CPU offers a run: the cores it may use, torch's thread count from them, native bf16.
+"""What this CPU offers a run: the cores it may use, torch's thread count from them, native bf16, matrix products
+whose rows do not depend on the batch.
 
 Pure reads of the machine (the scheduler's affinity, the cgroup's CPU quota, /proc/cpuinfo's flags, how busy the
-cores are) and one setter; no agentrl import.
+cores are) and two setters; no agentrl import.
 """
 
 from __future__ import annotations
@@ -105,3 +106,32 @@ def crowded_line(seconds: float = 0.2) -> str | None:
         f"{busy:.1f} of the {cores} cores this run may use are busy with other work: its {threads} torch threads will "
         f"share them and both will run slower; run one job at a time, or set OMP_NUM_THREADS for each"
     )
+
+
+# MKL's strict conditional numerical reproducibility: every row of a matrix product is computed the same whatever
+# the number of rows and threads. Without it, MKL on an Intel Xeon takes rows 4, 8 or 16 at a time by the product's
+# shape and threads, and a row's bits change with the batch it is in (docs/architecture.md, "Rows that do not depend
+# on timing"). MKL reads the variable once, at its first product in the process.
+STRICT_BLAS = ("MKL_CBWR", "AUTO,STRICT")
+
+
+def batch_invariant_blas() -> str | None:
+    """Ask MKL for strict reproducibility (STRICT_BLAS, where the environment does not already set MKL_CBWR) and check
+    that a row of a matrix product is now the same alone and in batches of 2 to 9; None where it is, else the line
+    that says it is not. The setting comes too late where torch has already multiplied matrices in this process:
+    MKL has read it by then, and the check says so."""
+    import torch
+
+    name, value = STRICT_BLAS
+    os.environ.setdefault(name, value)
+    generator = torch.Generator().manual_seed(0)
+    for width, out in ((128, 64), (384, 128), (960, 960)):  # shapes whose rows differed by batch without it
+        weight = torch.randn(out, width, generator=generator)
+        rows = torch.randn(9, width, generator=generator)
+        alone = torch.nn.functional.linear(rows[:1], weight)
+        if any(not torch.equal(torch.nn.functional.linear(rows[:n], weight)[:1], alone) for n in range(2, 10)):
+            return (
+                f"a row of this process's matrix products changes with its batch: start it with {name}={value} in the "
+                f"environment (MKL reads {name} once, at the process's first matrix product)"
+            )
+    return None

@@ -38,6 +38,11 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["lockstep", "ready"])
     args = parser.parse_args()
 
+    from agentrl.cpu import batch_invariant_blas
+
+    if "ready" in args.modes and (varies := batch_invariant_blas()) is not None:  # before the model multiplies
+        sys.exit(f"rollout.turns=ready needs rows that do not depend on their batch, and {varies}")
+
     import torch
 
     from agentrl.config.store import compose_config

@@ -10,7 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from agentrl.cpu import STRICT_BLAS
+
 REPO = Path(__file__).resolve().parents[1]
+
+# MKL reads its reproducibility setting at the process's first matrix product, which in a test session comes long
+# before any test's `agentrl train rollout.turns=ready` could set it (agentrl/cpu.py, STRICT_BLAS); the ready-turns
+# tests compare rows across batches, so the session asks for it before anything multiplies
+os.environ.setdefault(*STRICT_BLAS)
 
 
 @pytest.fixture(scope="session")

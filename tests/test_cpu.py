@@ -148,3 +148,13 @@ def test_under_a_cgroup_quota_nothing_is_said(monkeypatch):
 def test_busy_cores_reads_the_allowed_cores():
     busy = cpu.busy_cores(seconds=0.05)
     assert 0.0 <= busy <= len(os.sched_getaffinity(0)) + 1e-6
+
+
+def test_the_blas_check_names_the_setting_where_a_row_changes_with_its_batch(monkeypatch):
+    """`batch_invariant_blas` (rollout.turns=ready): where a row's product depends on how many rows share it, one
+    line names MKL's strict mode; in this session (tests/conftest.py asks for that mode) rows do not depend on it."""
+    assert cpu.batch_invariant_blas() is None
+    linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear", lambda rows, weight: linear(rows, weight) + 1e-6 * len(rows))
+    line = cpu.batch_invariant_blas()
+    assert line is not None and "MKL_CBWR=AUTO,STRICT" in line and "\n" not in line

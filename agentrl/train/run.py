@@ -23,8 +23,8 @@ from typing import Any
 
 from agentrl import metrics_log
 from agentrl.checkpoints import CHECKPOINTS, LAST, checkpoint_name, resume_checkpoint, saved_iteration
-from agentrl.cpu import crowded_line, set_torch_threads
-from agentrl.errors import Stopped, first_line
+from agentrl.cpu import batch_invariant_blas, crowded_line, set_torch_threads
+from agentrl.errors import Stopped, UserError, first_line
 from agentrl.hydra_paths import check_writable
 from agentrl.memory.check import check_memory
 from agentrl.report.curves import plot_run
@@ -154,6 +154,9 @@ def _build(cfg: Any, folder: Path, main_rank: bool, command: str, request: stopp
     from agentrl.train.sampler import TaskSampler
     from agentrl.train.trainer import AgentTrainer
 
+    # before any matrix product: MKL reads its reproducibility setting at the first one
+    if cfg.rollout.turns == "ready" and (varies := batch_invariant_blas()) is not None:
+        raise UserError(f"rollout.turns=ready needs rows that do not depend on their batch, and {varies}")
     set_seed(cfg.seed)
     if cfg.hardware.device == "cpu":
         # the ranks on this machine share its cores (every rank of hardware=cpu_ddp)

@@ -23,6 +23,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from agentrl.config.run import RolloutConfig
 from agentrl.config.staleness import check_turns
+from agentrl.cpu import batch_invariant_blas
 from agentrl.envs.base import Observation, Step, Task
 from agentrl.envs.household import HouseholdEnv, HouseholdSuite
 from agentrl.envs.latency import SlowEnv
@@ -199,6 +200,7 @@ def test_rows_are_the_same_under_random_step_latencies(monkeypatch):
 
 def test_a_row_is_the_same_alone_and_in_any_batch():
     """The measurement behind the mode: `act_keyed`'s rows, alone and in batches of 2 to 9 at every place."""
+    assert batch_invariant_blas() is None  # MKL's strict mode, asked for by the session (tests/conftest.py)
     tokenizer = build_tokenizer(["<action>go to fridge 1</action> You arrive at countertop 1."] * 50, vocab_size=300)
     torch.manual_seed(1)
     config = Qwen2Config(
