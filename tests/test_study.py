@@ -82,3 +82,16 @@ def test_quantiles_and_a_teams_figures_per_agent():
     figures = study.agent_figures(runs)
     assert figures["actor"] == {"advantage_mean": [pytest.approx(-0.1), pytest.approx(0.4)], "success": [0.25]}
     assert figures["finisher"] == {"advantage_mean": [], "success": [0.5]}
+
+
+def test_paired_gains_bracket_each_seeds_gain_and_separate_only_a_clear_one():
+    rng = np.random.default_rng(1)
+    start = (rng.random(100) < 0.4).astype(float)
+    same = start.copy()
+    better = np.maximum(start, rng.random(100) < 0.3)  # wins kept, about 18 more
+    per_seed, mean = study.paired_gains(start, np.stack([same, better, better]))
+    assert per_seed[0] == (0.0, 0.0, 0.0)  # an end equal to the start on every task: no gain, no spread
+    gain, low, high = per_seed[1]
+    assert gain == pytest.approx((better - start).mean()) and 0 < low < gain < high
+    assert mean[0] == pytest.approx((2 * gain) / 3) and mean[1] <= mean[0] <= mean[2]
+    assert mean[1] < per_seed[1][1]  # the seeds' spread (one seed gained nothing) widens the mean's interval

@@ -8,7 +8,9 @@ records of `metrics.jsonl` (agentrl.metrics_log.read_records) and give:
 - ``success_at_iteration``: the held-out success logged at an iteration;
 - ``bootstrap_difference``: a percentile bootstrap interval of the difference of two arms' mean success,
   resampling each arm's seeds independently (seeds are the unit of replication);
-- ``credit_means``: a run's step-credit diagnostics (``credit/*``), averaged over its iterations.
+- ``credit_means``: a run's step-credit diagnostics (``credit/*``), averaged over its iterations;
+- ``paired_gains``: the gain of runs over their common start on the same held-out tasks, with intervals from a
+  bootstrap over the tasks (each run's) and over the seeds, then the tasks (the mean's).
 
 scripts/compare_algorithms.py runs a study and prints these; tests/test_study.py checks them on hand-built logs.
 """
@@ -80,6 +82,36 @@ def bootstrap_difference(
     tail = (1 - confidence) / 2
     low, high = np.quantile(diffs, [tail, 1 - tail])
     return float(a.mean() - b.mean()), float(low), float(high)
+
+
+def paired_gains(
+    start: np.ndarray, ends: np.ndarray, resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> tuple[list[tuple[float, float, float]], tuple[float, float, float]]:
+    """Each run's gain over the start it shares with the others, and their mean gain, with percentile intervals.
+
+    `start` holds the start's outcome on each of T held-out tasks (1 won, 0 lost) and `ends` (S x T) each seed's
+    end on the same tasks. A seed's gain is mean_t(end_st - start_t); its interval resamples the T tasks with
+    replacement (the pairs kept). The mean gain is mean_s of those; its interval resamples S seeds, then T tasks
+    within each, so that it holds both the seeds' spread and the tasks' sampling.
+    """
+    ends = np.atleast_2d(np.asarray(ends, dtype=float))
+    diffs = ends - np.asarray(start, dtype=float)[None, :]
+    seeds, tasks = diffs.shape
+    rng = np.random.default_rng(seed)
+    tail = (1 - confidence) / 2
+
+    def interval(values: np.ndarray) -> tuple[float, float]:
+        low, high = np.quantile(values, [tail, 1 - tail])
+        return float(low), float(high)
+
+    per_seed = []
+    for row in diffs:
+        resampled = row[rng.integers(0, tasks, (resamples, tasks))].mean(axis=1)
+        per_seed.append((float(row.mean()), *interval(resampled)))
+    chosen = rng.integers(0, seeds, (resamples, seeds))
+    picks = rng.integers(0, tasks, (resamples, seeds, tasks))
+    mean_resampled = diffs[chosen[:, :, None], picks].mean(axis=(1, 2))
+    return per_seed, (float(diffs.mean()), *interval(mean_resampled))
 
 
 def verdict(low: float, high: float) -> str:
