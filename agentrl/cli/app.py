@@ -105,7 +105,12 @@ def evaluate(
     agentrl eval outputs/2026-11-21/10-00-00            # the run's last checkpoint
     agentrl eval outputs/<run>/checkpoints/last eval.num_tasks=200 eval.episodes_per_task=4
     agentrl eval --random env=household                 # the random admissible baseline
+    agentrl eval --random +experiment=gem_sokoban       # on a recipe's env, with its eval settings
     """
+    import tempfile
+    from pathlib import Path
+
+    from agentrl.cli.eval_recipe import names_recipe, with_recipe_config
     from agentrl.cli.launch import run_hydra
     from agentrl.hydra_paths import hydra_quote
 
@@ -130,7 +135,9 @@ def evaluate(
         "agentrl eval: stopped on SIGINT; nothing was written (eval.json and trajectories.jsonl are written only "
         "when the evaluation ends)"
     )
-    with user_errors(), interrupt_says(stopped):
+    with user_errors(), interrupt_says(stopped), tempfile.TemporaryDirectory() as scratch:
+        if names_recipe(args):  # a recipe sets training's sections: composed as `agentrl train` does (eval_recipe.py)
+            args = with_recipe_config(args, Path(scratch))
         run_hydra("eval", args, entry)
 
 

@@ -124,16 +124,20 @@ def evaluate_from_config(cfg: Any) -> float:
     from agentrl.rollout.policies import RandomPolicy
 
     hf_logging.disable_progress_bar()
-    checkpoint = None
-    env_cfg = cfg.env
+    checkpoint = trained = None
     if cfg.policy == "checkpoint":
         if not cfg.checkpoint:
             raise UserError("give a checkpoint (agentrl eval outputs/<run>) or --random for the baseline")
         checkpoint = resolve_checkpoint(cfg.checkpoint)
         trained = training_config(checkpoint)
-        env_cfg = _env_of_checkpoint(trained, cfg)
+    # whose env and eval settings the evaluation takes: a recipe named on the command line, else the checkpoint's run
+    setting = _recipe(cfg.recipe_config) if cfg.recipe_config else trained
+    env_cfg = _env_of_checkpoint(setting, cfg)
     eval_cfg, sources = eval_of_run(
-        cfg.eval, trained.get("eval") if checkpoint is not None and trained is not None else None, _given("eval")
+        cfg.eval,
+        setting.get("eval") if setting is not None else None,
+        _given("eval"),
+        "recipe" if cfg.recipe_config else "run",
     )
     suite = make_suite(env_cfg)
     split = evaluation_split(eval_cfg, suite)
@@ -212,6 +216,16 @@ def _checkpoint_policy(
     return HFPolicy(model, tokenizer, sampling)
 
 
+def _recipe(path: str) -> Any:
+    """The env and eval sections of a recipe, as agentrl/cli/eval_recipe.py wrote them."""
+    from omegaconf import OmegaConf
+
+    try:
+        return OmegaConf.load(path)
+    except Exception as err:  # YAML errors of every kind
+        raise UserError(f"cannot read the recipe's settings {path}: {type(err).__name__}") from None
+
+
 def _env_of_checkpoint(trained: Any | None, cfg: Any) -> Any:
     """The training run's env config, unless env=... or env.* was given on the command line."""
 
@@ -231,20 +245,23 @@ def _given(section: str) -> set[str]:
     return {k.split(".", 1)[1].split(".", 1)[0] for k in _command_line_keys() if k.startswith(section + ".")}
 
 
-def eval_of_run(eval_cfg: Any, run_eval: Any | None, given: set[str]) -> tuple[Any, dict[str, str]]:
+def eval_of_run(
+    eval_cfg: Any, run_eval: Any | None, given: set[str], source: str = "run"
+) -> tuple[Any, dict[str, str]]:
     """The evaluation settings `agentrl eval` uses, and where each came from.
 
     The training run's own `eval` (split, tasks, episodes per task, temperature or greedy, seed) wins over
     conf/eval.yaml's defaults, so that a checkpoint scores under `agentrl eval` what it scored in training's
     final evaluation; a key given on the command line wins over both. Without a run (a baseline, or a plain
-    model folder) the defaults stand."""
+    model folder) the defaults stand. `source` names where `run_eval` came from ("run", or "recipe" for a recipe
+    named on the command line)."""
     from_run, sources = {}, {}
     for spec in dataclasses.fields(eval_cfg):
         key = spec.name
         if key in given:
             sources[key] = "command line"
         elif run_eval is not None and key in run_eval:
-            from_run[key], sources[key] = run_eval[key], "run"
+            from_run[key], sources[key] = run_eval[key], source
         else:
             sources[key] = "default"
     return dataclasses.replace(eval_cfg, **from_run), sources
@@ -262,7 +279,12 @@ def _print_protocol(protocol: dict) -> None:
     for key, source in protocol["sources"].items():
         by_source.setdefault(source, []).append(f"eval.{key}")
     # which values follow the training run, and which the command line changed
-    said = {"run": "the training run", "command line": "the command line", "default": "conf/eval.yaml"}
+    said = {
+        "run": "the training run",
+        "recipe": "the recipe",
+        "command line": "the command line",
+        "default": "conf/eval.yaml",
+    }
     line = "; ".join(f"from {said[s]}: {', '.join(keys)}" for s, keys in sorted(by_source.items()))
     console.print(f"  {line}", soft_wrap=True, markup=False)
 
