@@ -66,6 +66,13 @@ def credit_means(records: list[dict[str, Any]]) -> dict[str, float]:
     return {key: float(np.mean(v)) for key, v in values.items()}
 
 
+def percentile_interval(resampled: np.ndarray, confidence: float = 0.95) -> tuple[float, float]:
+    """The (1-c)/2 and (1+c)/2 quantiles of a statistic's bootstrap resamples: its percentile interval at c."""
+    tail = (1 - confidence) / 2
+    low, high = np.quantile(resampled, [tail, 1 - tail])
+    return float(low), float(high)
+
+
 def bootstrap_difference(
     treated: list[float], control: list[float], resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[float, float, float]:
@@ -79,9 +86,7 @@ def bootstrap_difference(
         raise ValueError("a bootstrap interval needs at least 2 seeds per arm")
     rng = np.random.default_rng(seed)
     diffs = rng.choice(a, (resamples, a.size)).mean(axis=1) - rng.choice(b, (resamples, b.size)).mean(axis=1)
-    tail = (1 - confidence) / 2
-    low, high = np.quantile(diffs, [tail, 1 - tail])
-    return float(a.mean() - b.mean()), float(low), float(high)
+    return float(a.mean() - b.mean()), *percentile_interval(diffs, confidence)
 
 
 def paired_gains(
@@ -98,20 +103,14 @@ def paired_gains(
     diffs = ends - np.asarray(start, dtype=float)[None, :]
     seeds, tasks = diffs.shape
     rng = np.random.default_rng(seed)
-    tail = (1 - confidence) / 2
-
-    def interval(values: np.ndarray) -> tuple[float, float]:
-        low, high = np.quantile(values, [tail, 1 - tail])
-        return float(low), float(high)
-
     per_seed = []
     for row in diffs:
         resampled = row[rng.integers(0, tasks, (resamples, tasks))].mean(axis=1)
-        per_seed.append((float(row.mean()), *interval(resampled)))
+        per_seed.append((float(row.mean()), *percentile_interval(resampled, confidence)))
     chosen = rng.integers(0, seeds, (resamples, seeds))
     picks = rng.integers(0, tasks, (resamples, seeds, tasks))
     mean_resampled = diffs[chosen[:, :, None], picks].mean(axis=(1, 2))
-    return per_seed, (float(diffs.mean()), *interval(mean_resampled))
+    return per_seed, (float(diffs.mean()), *percentile_interval(mean_resampled, confidence))
 
 
 def verdict(low: float, high: float) -> str:
