@@ -142,7 +142,7 @@ def evaluate_from_config(cfg: Any) -> float:
     suite = make_suite(env_cfg)
     split = evaluation_split(eval_cfg, suite)
     tasks = evaluation_tasks(suite, split, eval_cfg.num_tasks)
-    scratch = ExitStack()  # a LoRA checkpoint merged for vLLM lives here until the evaluation is over
+    scratch = ExitStack()  # a vLLM engine, and a LoRA checkpoint merged for it, live until the evaluation is over
     if checkpoint is not None:
         # generation length and prompt budget follow training (tiny: 16 tokens)
         sampling = eval_sampling(eval_cfg, trained.rollout if trained is not None else cfg.rollout)
@@ -203,7 +203,9 @@ def _checkpoint_policy(
         from agentrl.rollout.vllm_engine import engine_dtype
 
         dtype = engine_dtype(cfg.hardware.precision)
-        return make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=seed, dtype=dtype)
+        policy = make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=seed, dtype=dtype)
+        scratch.callback(policy.close)  # the engine stops with the evaluation, before its merged weights go
+        return policy
     from omegaconf import OmegaConf
 
     from agentrl.rollout.policies import HFPolicy

@@ -205,6 +205,13 @@ class VLLMEvalPolicy:
             replies.append(Reply(text=text, prompt_ids=prompt_ids, completion_ids=completion, logprobs=logprobs))
         return replies
 
+    def close(self) -> None:
+        """Stop the engine's processes now. vLLM's own clean-up is a finalizer that can run after multiprocessing's
+        exit hook, which waits for the engine process (not a daemon) to end: the interpreter then never exits."""
+        engine_core = getattr(getattr(self.llm, "llm_engine", None), "engine_core", None)
+        if engine_core is not None:
+            engine_core.shutdown()
+
 
 def make_eval_policy(
     model_source: str,
