@@ -262,8 +262,8 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         """One micro-batch's share of its mini-batch's loss (docs/algorithms.md, "How the loss is assembled").
 
         Per token: PPO-clip with dual clip against the old log-probabilities (the current ones, detached,
-        when the iteration takes one step), times TRL's vLLM/trainer ratio when that correction is on, plus
-        beta times the clamped k3 KL. The total over the micro-batch (`masked_total`) is divided by the
+        when the iteration takes one step), times decoupled PPO's behaviour weight for rows generated ahead, else
+        times TRL's vLLM/trainer ratio when that correction is on, plus beta times the clamped k3 KL. The total over the micro-batch (`masked_total`) is divided by the
         mini-batch's tokens or rows over every rank, times the ranks (DDP averages the gradients), so the
         micro-batch losses add up to the mini-batch's token- or seq-mean. Then the entropy term, if any."""
         algo = self.cfg.algo
@@ -277,8 +277,10 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         policy = ppo_clip_loss(logps, old, inputs["advantages"], algo.clip_epsilon, clip_high, algo.dual_clip)
         per_token = policy.per_token
         if "behaviour_per_token_logps" in inputs:  # rows generated ahead: decoupled PPO, with `old` the proximal
+            # the behaviour weight corrects all of sampler -> proximal, a vLLM/trainer mismatch included: TRL's vLLM
+            # ratio on top would count that mismatch twice (docs/algorithms.md, "Off-policy correction")
             per_token = per_token * self._behaviour_weights(old, inputs["behaviour_per_token_logps"], mask)
-        if self.use_vllm and self.vllm_importance_sampling_correction:
+        elif self.use_vllm and self.vllm_importance_sampling_correction:
             per_token = per_token * inputs["importance_sampling_ratio"]
         kl = None
         if self.beta != 0.0:
