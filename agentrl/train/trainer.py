@@ -144,7 +144,9 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         cfg = self.cfg
         sampling = self.sampling_spec()
         if self.use_vllm:  # TRL's engine (colocate or server); TRL syncs the weights into it
-            policy = TrainerVLLMPolicy(self, sampling, eos_token_ids=self.eos_token_ids)
+            policy = TrainerVLLMPolicy(
+                self, sampling, eos_token_ids=self.eos_token_ids, engine_lock=self.vllm_engine_held()
+            )
             return collect(
                 self.suite,
                 tasks,
@@ -201,7 +203,9 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks.
         `time/eval_s` is its wall time (an evaluation of 64 tasks can take longer than an iteration)."""
         started = time.perf_counter()
-        with self.generation_model() as unwrapped:
+        # not while an asynchronous rollout worker generates on vLLM: its CPU sampler moves torch's global stream,
+        # which the evaluation samples from (agentrl/rollout/vllm_seeded.py)
+        with self.vllm_engine_held(), self.generation_model() as unwrapped:
             if self.accelerator.num_processes == 1:
                 metrics = self.evaluator(unwrapped)
             else:
