@@ -214,6 +214,7 @@ class RolloutWorker:
             started = time.perf_counter()
             try:
                 with self.hold():
+                    started = time.perf_counter()  # a wait for a shared engine is not time on the job
                     self.load(self.model, job.weights)
                     job.batch = self.generate(self.model, job)
                 job.weights = None  # the rows exist: the snapshot is no longer needed

@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -139,6 +140,20 @@ def test_a_shared_engine_is_held_from_each_loads_start_to_the_jobs_last_row():
     # three holds, each a load then its rows; job 1 failed (the engine's weights dropped) and was loaded again
     assert [events[i::3] for i in (0, 2)] == [["hold"] * 3, ["release"] * 3]
     assert sorted(events[1::3]) == [("load", 2.0), ("load", 2.0), ("load", 4.0)]
+
+
+def test_the_workers_busy_time_leaves_out_its_wait_for_a_shared_engine():
+    @contextlib.contextmanager
+    def busy_elsewhere():
+        time.sleep(0.5)  # the trainer's thread holds the engine (a held-out evaluation)
+        yield
+
+    worker = RolloutWorker(_model, _rows_from_weight, hold=busy_elsewhere)
+    try:
+        worker.submit(_job(1, 1.0))
+        assert worker.take(1).busy_s < 0.4
+    finally:
+        worker.close()
 
 
 def test_a_checkpoint_keeps_rows_where_done_and_weights_where_not():
