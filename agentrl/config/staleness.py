@@ -5,24 +5,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentrl.config.values import Backend, Device, Precision
+from agentrl.config.values import Backend, Device, Precision, VllmMode
 from agentrl.errors import UserError
 
 
 def check_max_staleness(rollout: Any, hardware: Any) -> None:
-    """rollout.max_staleness >= 1 runs a rollout worker beside the update: on one rank, with HF generation."""
+    """rollout.max_staleness >= 1 runs a rollout worker beside the update, on one rank: HF generation on a copy of
+    the policy, or TRL's colocated vLLM engine, into which the worker loads each job's weights itself."""
     k = rollout.max_staleness
     if not k:
         return
-    if rollout.backend != Backend.hf:
-        raise UserError(
-            f"rollout.max_staleness={k} generates with HF on a copy of the policy; rollout.backend={rollout.backend} "
-            "is not supported with it yet: use rollout.backend=hf, or rollout.max_staleness=0"
-        )
+    if rollout.backend == Backend.vllm:
+        if rollout.vllm.mode == VllmMode.server:
+            raise UserError(
+                f"rollout.max_staleness={k} loads each rollout's weights into the engine it generates on, and TRL's "
+                "weight sync to a server goes through NCCL on CUDA and is not built for the rollout worker: "
+                "rollout.vllm.mode=server is not supported with it; use rollout.vllm.mode=colocate, or "
+                "rollout.max_staleness=0"
+            )
+        if rollout.vllm.enable_sleep_mode:
+            raise UserError(
+                f"rollout.max_staleness={k} generates while the trainer updates, so the engine has no time to sleep: "
+                "rollout.vllm.enable_sleep_mode=true is not supported with it; use "
+                "rollout.vllm.enable_sleep_mode=false, or rollout.max_staleness=0"
+            )
     if hardware.num_processes > 1:
         raise UserError(
-            f"rollout.max_staleness={k} runs on one rank; hardware.num_processes={hardware.num_processes} is not "
-            "supported with it yet: use hardware.num_processes=1, or rollout.max_staleness=0"
+            f"rollout.max_staleness={k} runs on one rank (with several, the worker's rollouts would need collectives "
+            f"across ranks beside the update's): hardware.num_processes={hardware.num_processes} is not supported "
+            "with it yet; use hardware.num_processes=1, or rollout.max_staleness=0"
         )
 
 

@@ -33,12 +33,14 @@ log = logging.getLogger(__name__)
 @dataclass
 class Turn:
     """What a policy sees for one active episode; `task` and `step` (the turn's number in its episode) are for
-    policies that play a plan (the expert of `agentrl sft`), never shown to a model."""
+    policies that play a plan (the expert of `agentrl sft`), never shown to a model; `episode` and `step` seed a row
+    of its own where a policy samples each row from its own stream (rollout/vllm_seeded.py)."""
 
     prompt: str
     observation: Observation
     task: Task | None = None
     step: int = 0
+    episode: int = 0  # the episode's number in its rollout (its pool slot)
     # the reply the environment expects (rollout/parsing.py, REPLY_FORMATS): baselines and experts reply in it
     reply_format: str = ACTION_TAGS
 
@@ -224,7 +226,7 @@ def _turn(ep: _Episode, prompt: PromptSpec, t: int, reply_format: str) -> Turn:
         actions_text=obs.actions_text,
         reply_format=reply_format,
     )
-    return Turn(prompt=text, observation=obs, task=ep.task, step=t, reply_format=reply_format)
+    return Turn(prompt=text, observation=obs, task=ep.task, step=t, episode=ep.index, reply_format=reply_format)
 
 
 def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: Step | EnvFault, t: int) -> Row:

@@ -92,6 +92,17 @@ def reload_colocated_weights(llm, weights: Iterable[tuple[str, Any]], tied_embed
     llm.reset_prefix_cache()
 
 
+def load_colocated_weights(llm, weights: Iterable[tuple[str, Any]], tied_embeddings: bool, on_cpu: bool) -> None:
+    """Load named weights (TRL's names, LoRA merged) into a colocated `vllm.LLM` the way its build takes them: the
+    CPU build by vLLM's reload (`reload_colocated_weights`), the CUDA build as TRL's colocated sync does
+    (`load_weights` on the worker's model). The prefix cache is dropped either way."""
+    if on_cpu:
+        reload_colocated_weights(llm, weights, tied_embeddings)
+        return
+    llm.llm_engine.model_executor.driver_worker.model_runner.model.load_weights(weights)
+    llm.reset_prefix_cache()
+
+
 def _with_tied_head(weights: Iterable[tuple[str, Any]]):
     for name, tensor in weights:
         yield name, tensor

@@ -60,9 +60,16 @@ class TrainerVLLMPolicy:
     """Generates through `trainer.vllm_generation`; replies carry the sampled tokens' vLLM log-probs."""
 
     def __init__(
-        self, trainer, sampling: SamplingSpec, eos_token_ids: list[int] | None = None, world: World | None = None
+        self,
+        trainer,
+        sampling: SamplingSpec,
+        eos_token_ids: list[int] | None = None,
+        world: World | None = None,
+        engine_lock: contextlib.AbstractContextManager | None = None,
     ):
         self.trainer, self.sampling = trainer, sampling
+        # held around each weight sync and generation: an asynchronous rollout worker shares the engine
+        self.engine_lock = engine_lock if engine_lock is not None else contextlib.nullcontext()
         self.tokenizer = trainer.processing_class
         self.generation = trainer.vllm_generation
         self.world = world if world is not None else AccelerateWorld(trainer.accelerator)
@@ -80,11 +87,12 @@ class TrainerVLLMPolicy:
         if count == 0:
             return []  # no rank has a prompt (or a single rank has none): every rank skips the same call
         padded = pad_prompts(prompts, count, self._filler_prompt())
-        self._sync_weights_if_stale()
-        with _sampling_applied(self.generation, s):
-            _, completions, logprobs, logprob_token_ids = self.generation.generate(
-                prompts=padded, images=None, num_generations=1
-            )
+        with self.engine_lock:
+            self._sync_weights_if_stale()
+            with _sampling_applied(self.generation, s):
+                _, completions, logprobs, logprob_token_ids = self.generation.generate(
+                    prompts=padded, images=None, num_generations=1
+                )
         return [
             self._reply(
                 prompt_ids,
@@ -96,7 +104,8 @@ class TrainerVLLMPolicy:
         ]
 
     def _sync_weights_if_stale(self) -> None:
-        """Push the policy's weights to vLLM once per optimizer step, exactly as TRL's own generation does."""
+        """Push the policy's weights to vLLM once per optimizer step, exactly as TRL's own generation does (and again
+        after an asynchronous rollout worker loaded a job's weights: it sets `_last_loaded_step` to None)."""
         trainer = self.trainer
         if trainer.state.global_step != trainer._last_loaded_step:
             self.generation.sync_weights()
@@ -194,16 +203,7 @@ class VLLMEvalPolicy:
         outputs = self.llm.generate(
             [{"prompt_token_ids": p} for p in prompts], sampling_params=self.params, use_tqdm=False
         )
-        replies = []
-        for prompt_ids, output in zip(prompts, outputs):
-            sample = output.outputs[0]
-            completion = _cut_at_eos(list(sample.token_ids), self.eos_token_ids)
-            logprobs = None
-            if sample.logprobs is not None:
-                logprobs = [_logprob_of(step, token) for step, token in zip(sample.logprobs, completion)]
-            text = self.tokenizer.decode(completion, skip_special_tokens=True)
-            replies.append(Reply(text=text, prompt_ids=prompt_ids, completion_ids=completion, logprobs=logprobs))
-        return replies
+        return [reply_of_output(self.tokenizer, p, output, self.eos_token_ids) for p, output in zip(prompts, outputs)]
 
     def close(self) -> None:
         """Stop the engine's processes now. vLLM's own clean-up is a finalizer that can run after multiprocessing's
@@ -244,6 +244,17 @@ def make_eval_policy(
         logprobs_mode="processed_logprobs",
     )
     return VLLMEvalPolicy(llm, tokenizer, sampling, eos_token_ids)
+
+
+def reply_of_output(tokenizer, prompt_ids: list[int], output, eos_token_ids: list[int]) -> Reply:
+    """A reply from one of `vllm.LLM.generate`'s outputs: cut at the first EOS, with the sampled tokens' log-probs."""
+    sample = output.outputs[0]
+    completion = _cut_at_eos(list(sample.token_ids), eos_token_ids)
+    logprobs = None
+    if sample.logprobs is not None:
+        logprobs = [_logprob_of(step, token) for step, token in zip(sample.logprobs, completion)]
+    text = tokenizer.decode(completion, skip_special_tokens=True)
+    return Reply(text=text, prompt_ids=prompt_ids, completion_ids=completion, logprobs=logprobs)
 
 
 def _logprob_of(position: dict, token: int) -> float:

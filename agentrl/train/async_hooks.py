@@ -4,6 +4,10 @@ A mixin of `AgentTrainer` (agentrl/train/trainer.py): it builds the rollout work
 the policy, its own tokenizer and its own environment pool, which held-out evaluation in the trainer's thread does
 not share), submits each iteration's jobs with a snapshot of the current weights, takes the iteration's rows, and
 puts the jobs not yet trained on into each checkpoint (`ASYNC_ROLLOUTS`) and back on resume.
+
+With `rollout.backend=vllm` (colocate, one rank) the worker makes no copy of the policy: it generates on TRL's
+colocated engine, loading each job's snapshot (the engine's names, agentrl/train/vllm_hooks.py) under the engine's
+lock, and each row samples from a seed of its own (agentrl/rollout/vllm_seeded.py).
 """
 
 from __future__ import annotations
@@ -22,12 +26,14 @@ from agentrl.models.bf16_weights import weights_in_bf16
 from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.collector import collect
 from agentrl.rollout.policies import HFPolicy
+from agentrl.rollout.vllm_seeded import SeededVLLMPolicy, colocated_sampling
 from agentrl.train import iteration
 from agentrl.train.async_rollout import (
     ASYNC_ROLLOUTS,
     RolloutJob,
     RolloutWorker,
     job_generator,
+    job_seed,
     weights_snapshot,
 )
 
@@ -48,10 +54,10 @@ class AsyncRolloutHooks:
         worker = self._ensure_rollout_worker()
         last = min(number + self.max_staleness, int(self.cfg.trainer.iterations))  # no rows past the run's end
         if worker.submitted_through() < last:
-            weights = weights_snapshot(self._policy_module())
+            weights = self.engine_weights() if self.use_vllm else weights_snapshot(self._policy_module())
             for later in range(max(worker.submitted_through(), number - 1) + 1, last + 1):
                 tasks = iteration.sample_tasks(self.cfg, self.sampler, rank, ranks)
-                worker.submit(RolloutJob(later, self.state.global_step, tasks, weights))
+                worker.submit(RolloutJob(later, self.state.global_step, tasks, weights, engine=self._rollout_engine))
         started = time.perf_counter()
         job = worker.take(number, self.stop.wanted)
         self.iteration_metrics.update(
@@ -102,6 +108,11 @@ class AsyncRolloutHooks:
     def _policy_module(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
 
+    @property
+    def _rollout_engine(self) -> str:
+        """What the worker generates on, and so what a job's weights are named for (`RolloutJob.engine`)."""
+        return "vllm" if self.use_vllm else "hf"
+
     def _ensure_rollout_worker(self) -> RolloutWorker:
         if self.rollout_worker is None:
             from agentrl.envs.workers import make_pool
@@ -110,8 +121,17 @@ class AsyncRolloutHooks:
             self._closing_rollouts = threading.Event()
             self._worker_pool = make_pool(self.suite.make_env, env.num_workers, env.step_timeout_s)
             self._worker_tokenizer = copy.deepcopy(self.processing_class)  # a fast tokenizer is not thread-safe
-            self.rollout_worker = RolloutWorker(self._policy_copy, self._generate_job)
+            if self.use_vllm:  # the colocated engine, shared under its lock: no second engine, no policy copy
+                self.rollout_worker = RolloutWorker(
+                    lambda: self.vllm_generation.llm,
+                    self._generate_job_on_engine,
+                    load=self.load_engine_weights,
+                    hold=self.vllm_engine_held,
+                )
+            else:
+                self.rollout_worker = RolloutWorker(self._policy_copy, self._generate_job)
             if self._resumed_jobs:
+                self._check_resumed_engine(self._resumed_jobs)
                 self.rollout_worker.restore(self._resumed_jobs)
                 self._resumed_jobs = None
         return self.rollout_worker
@@ -159,4 +179,37 @@ class AsyncRolloutHooks:
                 pool=self._worker_pool,
                 lockstep=lambda going: (going, self._worker_should_stop()),
                 turns=cfg.rollout.turns,
+            )
+
+    def _generate_job_on_engine(self, llm, job: RolloutJob) -> StepBatch:
+        """One job's rows on the colocated vLLM engine, in the worker's thread (which holds the engine and has
+        loaded the job's weights): the synchronous loop's sampling, each row seeded by the job and its place."""
+        cfg = self.cfg
+        policy = SeededVLLMPolicy(
+            llm,
+            self._worker_tokenizer,
+            colocated_sampling(self.vllm_generation, self.sampling_spec()),
+            job_seed(cfg.seed, job.iteration),
+            self.eos_token_ids,
+            cfg.rollout.max_prompt_tokens,
+        )
+        return collect(
+            self.suite,
+            job.tasks,
+            cfg.trainer.group_size,
+            policy,
+            self.prompt_spec,
+            max_steps=cfg.env.max_steps,
+            pool=self._worker_pool,
+            lockstep=lambda going: (going, self._worker_should_stop()),
+        )
+
+    def _check_resumed_engine(self, states: list[dict[str, Any]]) -> None:
+        """A checkpoint's jobs still to generate hold weights named for the engine that saved them (`RolloutJob.engine`):
+        another rollout.backend cannot load them."""
+        other = {state.get("engine", "hf") for state in states if state["batch"] is None} - {self._rollout_engine}
+        if other:
+            raise UserError(
+                f"the checkpoint's rollouts not yet generated hold weights for rollout.backend={other.pop()}, which "
+                f"rollout.backend={self._rollout_engine} cannot load; resume with the backend the run had"
             )

@@ -144,7 +144,9 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         cfg = self.cfg
         sampling = self.sampling_spec()
         if self.use_vllm:  # TRL's engine (colocate or server); TRL syncs the weights into it
-            policy = TrainerVLLMPolicy(self, sampling, eos_token_ids=self.eos_token_ids)
+            policy = TrainerVLLMPolicy(
+                self, sampling, eos_token_ids=self.eos_token_ids, engine_lock=self.vllm_engine_held()
+            )
             return collect(
                 self.suite,
                 tasks,
@@ -201,7 +203,9 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         """Held-out evaluation with the full weights (ZeRO-3 gathers them); each rank plays its share of the tasks.
         `time/eval_s` is its wall time (an evaluation of 64 tasks can take longer than an iteration)."""
         started = time.perf_counter()
-        with self.generation_model() as unwrapped:
+        # not while an asynchronous rollout worker generates on vLLM: its CPU sampler moves torch's global stream,
+        # which the evaluation samples from (agentrl/rollout/vllm_seeded.py)
+        with self.vllm_engine_held(), self.generation_model() as unwrapped:
             if self.accelerator.num_processes == 1:
                 metrics = self.evaluator(unwrapped)
             else:
@@ -262,8 +266,8 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         """One micro-batch's share of its mini-batch's loss (docs/algorithms.md, "How the loss is assembled").
 
         Per token: PPO-clip with dual clip against the old log-probabilities (the current ones, detached,
-        when the iteration takes one step), times TRL's vLLM/trainer ratio when that correction is on, plus
-        beta times the clamped k3 KL. The total over the micro-batch (`masked_total`) is divided by the
+        when the iteration takes one step), times decoupled PPO's behaviour weight for rows generated ahead, else
+        times TRL's vLLM/trainer ratio when that correction is on, plus beta times the clamped k3 KL. The total over the micro-batch (`masked_total`) is divided by the
         mini-batch's tokens or rows over every rank, times the ranks (DDP averages the gradients), so the
         micro-batch losses add up to the mini-batch's token- or seq-mean. Then the entropy term, if any."""
         algo = self.cfg.algo
@@ -277,8 +281,10 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         policy = ppo_clip_loss(logps, old, inputs["advantages"], algo.clip_epsilon, clip_high, algo.dual_clip)
         per_token = policy.per_token
         if "behaviour_per_token_logps" in inputs:  # rows generated ahead: decoupled PPO, with `old` the proximal
+            # the behaviour weight corrects all of sampler -> proximal, a vLLM/trainer mismatch included: TRL's vLLM
+            # ratio on top would count that mismatch twice (docs/algorithms.md, "Off-policy correction")
             per_token = per_token * self._behaviour_weights(old, inputs["behaviour_per_token_logps"], mask)
-        if self.use_vllm and self.vllm_importance_sampling_correction:
+        elif self.use_vllm and self.vllm_importance_sampling_correction:
             per_token = per_token * inputs["importance_sampling_ratio"]
         kl = None
         if self.beta != 0.0:

@@ -5,17 +5,30 @@ A mixin of `AgentTrainer` (agentrl/train/trainer.py), in front of TRL's GRPOTrai
 CPU build (agentrl/rollout/vllm_engine.py), and builds the keys of TRL's vLLM/trainer mismatch correction
 from the rows' behaviour log-probs. It also logs how far the engine's log-probs are from the trainer's
 (`rollout/vllm_logp_gap_mean`, `_max`): with the weights in sync and the same precision, a few 1e-6.
+
+With rows generated ahead (`rollout.max_staleness >= 1`, agentrl/train/async_hooks.py) the rollout worker's thread
+generates on the colocated engine too, each job on its own weights' snapshot. The engine's lock
+(`vllm_engine_held`) keeps the two threads apart: the worker holds it for a whole job, the trainer's thread around
+each of its generations (with its weight sync) and its held-out evaluations. Loading a job's weights marks the
+trainer's as not loaded, so that its next generation syncs them first.
 """
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+import threading
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 import torch
 
 from agentrl.rollout.batch import StepBatch
-from agentrl.rollout.vllm_engine import colocated_engine_dtype, engine_dtype, installed_vllm, reload_colocated_weights
+from agentrl.rollout.vllm_engine import (
+    colocated_engine_dtype,
+    engine_dtype,
+    installed_vllm,
+    load_colocated_weights,
+    reload_colocated_weights,
+)
 from agentrl.train.batching import sampled_logps
 from agentrl.train.vllm_options import importance_sampling_ratio
 
@@ -28,10 +41,32 @@ def engine_construction(args: Any, cfg: Any):
 
 
 class VLLMHooks:
+    vllm_engine_lock: threading.RLock | None = None
+
     def adapt_vllm_engine(self) -> None:
-        """After TRL built its engine: on vLLM's CPU build, colocated weights sync through vLLM's reload."""
+        """After TRL built its engine: its lock; on vLLM's CPU build, colocated weights sync through vLLM's reload."""
+        if self.use_vllm:
+            self.vllm_engine_lock = threading.RLock()
         if self.use_vllm and self.vllm_mode == "colocate" and installed_vllm().runs_on_cpu:
             self._sync_weights_by_reload()
+
+    def vllm_engine_held(self) -> AbstractContextManager:
+        """The engine's lock, held while generating on it or loading weights into it (a no-op without vLLM)."""
+        return self.vllm_engine_lock if self.vllm_engine_lock is not None else nullcontext()
+
+    def engine_weights(self) -> dict[str, torch.Tensor]:
+        """The policy's weights as the engine takes them (TRL's names, LoRA adapters merged as TRL merges them), as
+        CPU copies: an asynchronous rollout job's snapshot."""
+        return {
+            name: tensor.detach().to("cpu", copy=True) for name, tensor in self.vllm_generation._iter_named_params()
+        }
+
+    def load_engine_weights(self, llm, weights: dict[str, torch.Tensor]) -> None:
+        """A rollout job's snapshot into the colocated engine (the caller holds its lock). The trainer's weights are
+        then no longer the engine's: its next generation on it syncs them (`TrainerVLLMPolicy._sync_weights_if_stale`)."""
+        self._last_loaded_step = None
+        tied = bool(self.accelerator.unwrap_model(self.model).config.tie_word_embeddings)
+        load_colocated_weights(llm, iter(weights.items()), tied, installed_vllm().runs_on_cpu)
 
     def _sync_weights_by_reload(self) -> None:
         """TRL's per-parameter weight sync cannot work on the CPU build (`rollout/vllm_engine.py`): the same

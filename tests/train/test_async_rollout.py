@@ -3,10 +3,13 @@ sampling stream, and two runs of one seed at K=1 logging the same metrics."""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import subprocess
 import sys
 import threading
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -91,6 +94,64 @@ def test_a_job_that_keeps_failing_stops_the_run():
         worker.submit(_job(1, 1.0))
         with pytest.raises(RuntimeError, match=f"failed {MAX_REBUILDS + 1} times on iteration 1"):
             worker.take(1)
+    finally:
+        worker.close()
+
+
+def test_a_shared_engine_is_held_from_each_loads_start_to_the_jobs_last_row():
+    """The vLLM worker's arrangement: the engine is shared, so the worker holds its lock from loading a job's weights
+    to the job's rows, and a job generated again after a failure loads its weights again first."""
+    events = []
+    engine = {"weights": None, "held": False}
+
+    @contextlib.contextmanager
+    def hold():
+        engine["held"] = True
+        events.append("hold")
+        try:
+            yield
+        finally:
+            engine["held"] = False
+            events.append("release")
+
+    def load(model, weights):
+        assert engine["held"]
+        engine["weights"] = float(weights["weight"].sum())
+        events.append(("load", engine["weights"]))
+
+    failures = {"left": 1}
+
+    def generate(model, job):
+        assert engine["held"] and model is engine
+        if failures["left"]:
+            failures["left"] -= 1
+            engine["weights"] = None  # the failure left the engine in any state
+            raise OSError("the engine went away")
+        return StepBatch(reward=[engine["weights"]])
+
+    worker = RolloutWorker(lambda: engine, generate, load=load, hold=hold)
+    try:
+        worker.submit(_job(1, 1.0))
+        worker.submit(_job(2, 2.0))
+        assert [worker.take(i).batch.reward for i in (1, 2)] == [[2.0], [4.0]]
+        assert worker.rebuilds == 1
+    finally:
+        worker.close()
+    # three holds, each a load then its rows; job 1 failed (the engine's weights dropped) and was loaded again
+    assert [events[i::3] for i in (0, 2)] == [["hold"] * 3, ["release"] * 3]
+    assert sorted(events[1::3]) == [("load", 2.0), ("load", 2.0), ("load", 4.0)]
+
+
+def test_the_workers_busy_time_leaves_out_its_wait_for_a_shared_engine():
+    @contextlib.contextmanager
+    def busy_elsewhere():
+        time.sleep(0.5)  # the trainer's thread holds the engine (a held-out evaluation)
+        yield
+
+    worker = RolloutWorker(_model, _rows_from_weight, hold=busy_elsewhere)
+    try:
+        worker.submit(_job(1, 1.0))
+        assert worker.take(1).busy_s < 0.4
     finally:
         worker.close()
 
@@ -227,25 +288,37 @@ def test_two_runs_of_one_seed_at_staleness_1_log_the_same_metrics(cache_dir, tmp
 @pytest.mark.parametrize(
     ("rollout", "hardware", "says"),
     [
-        ({"backend": "vllm"}, {}, "rollout.backend=vllm is not supported with it yet"),
+        ({"backend": "vllm", "mode": "server"}, {}, "NCCL on CUDA .* rollout.vllm.mode=server is not supported"),
+        ({"backend": "vllm", "enable_sleep_mode": True}, {}, "enable_sleep_mode=true is not supported with it"),
         ({}, {"num_processes": 2}, "hardware.num_processes=2 is not supported with it yet"),
+        ({"backend": "vllm"}, {"num_processes": 2}, "hardware.num_processes=2 is not supported with it yet"),
     ],
 )
 def test_what_staleness_does_not_run_with_is_refused_in_one_line(rollout, hardware, says):
-    from types import SimpleNamespace
-
     from agentrl.config.staleness import check_max_staleness
-    from agentrl.config.values import Backend
     from agentrl.errors import UserError
 
-    backend = Backend(rollout.get("backend", "hf"))
+    def config(max_staleness):
+        return _rollout(max_staleness, **rollout), SimpleNamespace(num_processes=hardware.get("num_processes", 1))
+
     with pytest.raises(UserError, match=says) as err:
-        check_max_staleness(
-            SimpleNamespace(max_staleness=1, backend=backend),
-            SimpleNamespace(num_processes=hardware.get("num_processes", 1)),
-        )
+        check_max_staleness(*config(1))
     assert "\n" not in str(err.value)
-    check_max_staleness(SimpleNamespace(max_staleness=0, backend=backend), SimpleNamespace(num_processes=2))
+    check_max_staleness(*config(0))
+
+
+def _rollout(max_staleness, backend="hf", mode="colocate", enable_sleep_mode=False):
+    from agentrl.config.values import Backend, VllmMode
+
+    vllm = SimpleNamespace(mode=VllmMode(mode), enable_sleep_mode=enable_sleep_mode)
+    return SimpleNamespace(max_staleness=max_staleness, backend=Backend(backend), vllm=vllm)
+
+
+def test_staleness_runs_with_hf_and_with_a_colocated_vllm_engine_on_one_rank():
+    from agentrl.config.staleness import check_max_staleness
+
+    for backend in ("hf", "vllm"):
+        check_max_staleness(_rollout(2, backend), SimpleNamespace(num_processes=1))
 
 
 def test_an_unreadable_jobs_file_is_one_line(tmp_path):
@@ -257,6 +330,26 @@ def test_an_unreadable_jobs_file_is_one_line(tmp_path):
     with pytest.raises(UserError, match=f"{ASYNC_ROLLOUTS} cannot be read") as err:
         AsyncRolloutHooks().load_async_rollouts(tmp_path)
     assert "\n" not in str(err.value)
+
+
+def test_a_resume_on_another_backend_is_refused_while_a_job_waits_for_its_weights():
+    """A job's weights are named for the backend that saved it (HF: the module's state dict; vLLM: the engine's names,
+    LoRA merged); jobs whose rows exist need none."""
+    from agentrl.errors import UserError
+    from agentrl.train.async_hooks import AsyncRolloutHooks
+
+    hooks = AsyncRolloutHooks()
+    hooks.use_vllm = False
+    pending = {"iteration": 3, "batch": None, "weights": {}, "engine": "vllm"}
+    with pytest.raises(UserError, match="weights for rollout.backend=vllm, which rollout.backend=hf cannot") as err:
+        hooks._check_resumed_engine([pending])
+    assert "\n" not in str(err.value)
+    hooks._check_resumed_engine([{**pending, "batch": StepBatch(reward=[1.0])}])
+    hooks.use_vllm = True
+    hooks._check_resumed_engine([pending])
+    older = {key: value for key, value in pending.items() if key != "engine"}  # written before vLLM ran ahead: HF's
+    with pytest.raises(UserError, match="weights for rollout.backend=hf, which rollout.backend=vllm cannot"):
+        hooks._check_resumed_engine([older])
 
 
 def test_a_resume_that_changes_the_staleness_is_refused(tmp_path):

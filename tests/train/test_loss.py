@@ -142,3 +142,29 @@ def test_the_entropy_term_adds_exactly_its_formula(trainer, monkeypatch):
     expected = -coef * float((weights * row_mean).sum())
     assert with_term - without == pytest.approx(expected, abs=1e-6)
     assert expected != 0
+
+
+def test_rows_generated_ahead_take_the_behaviour_weight_instead_of_trls_vllm_ratio(trainer, monkeypatch):
+    """With vLLM's correction on, rows of the synchronous loop are multiplied by TRL's vLLM ratio; rows generated
+    ahead (rollout.max_staleness >= 1) by decoupled PPO's behaviour weight alone, which already corrects from the
+    sampler to the proximal policy (docs/algorithms.md, "Off-policy correction")."""
+    monkeypatch.setattr(trainer, "beta", 0.0)
+    monkeypatch.setattr(trainer, "use_vllm", True)
+    monkeypatch.setattr(trainer, "vllm_importance_sampling_correction", True)
+    batch = make_batch(trainer, ADVANTAGES, LENGTHS)
+    rows = len(ADVANTAGES)
+    batch["importance_sampling_ratio"] = torch.ones(rows, 1)
+    on_policy = trainer._compute_loss(trainer.model, batch).item()
+    batch["importance_sampling_ratio"] = torch.full((rows, 1), 2.0)
+    assert trainer._compute_loss(trainer.model, batch).item() == pytest.approx(2 * on_policy, rel=1e-5)
+
+    ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+    mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+    with torch.no_grad():
+        proximal, _, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, ids, mask, batch["completion_ids"].size(1)
+        )
+    batch["behaviour_per_token_logps"] = proximal + torch.log(torch.tensor(2.0))  # weight pi_prox / pi_behav = 1/2
+    ahead = trainer._compute_loss(trainer.model, batch).item()
+    assert ahead == pytest.approx(0.5 * on_policy, rel=1e-4)  # the behaviour weight, and not the ratio of 2
+    assert on_policy != 0

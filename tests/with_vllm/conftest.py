@@ -24,6 +24,10 @@ NEEDS_VLLM = [
 # On the CPU build this is the share of the machine's memory the whole process may hold, trainer included;
 # vLLM keeps what the process does not already use for its KV cache.
 MEMORY_SHARE = "0.3"
+# TRL's colocated engine sets these in os.environ for vLLM's rendezvous, and its process group keeps the port. A CLI
+# run started by a later test would inherit them: accelerate would then make a process group on that port, in use
+# (EADDRINUSE). The fixture puts them back when its module ends.
+RENDEZVOUS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,7 @@ def vllm_trainer(cache_dir, tmp_path_factory):
     from agentrl.train.trainer import AgentTrainer
     from tests.conftest import hydra_initialized
 
-    saved_cache = os.environ.get("AGENTRL_CACHE")
+    saved = {name: os.environ.get(name) for name in ("AGENTRL_CACHE", *RENDEZVOUS)}
     os.environ["AGENTRL_CACHE"] = str(cache_dir)
     overrides = [
         "+debug=fast",
@@ -72,7 +76,8 @@ def vllm_trainer(cache_dir, tmp_path_factory):
     trainer.create_optimizer_and_scheduler(num_training_steps=cfg.trainer.iterations)  # what train() would do
     yield trainer
     pool.close()
-    if saved_cache is None:
-        os.environ.pop("AGENTRL_CACHE", None)
-    else:
-        os.environ["AGENTRL_CACHE"] = saved_cache
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value

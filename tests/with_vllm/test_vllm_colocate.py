@@ -1,5 +1,7 @@
 """Training through TRL's colocated vLLM engine: weight sync, the behaviour log-probs of multi-turn rows,
-and TRL's vLLM/trainer importance-sampling correction in the loss."""
+TRL's vLLM/trainer importance-sampling correction in the loss, and what the asynchronous rollout worker does on the
+engine (rollout.max_staleness >= 1): a job's snapshot loaded and the trainer's weights synced back after it, and rows
+seeded one by one."""
 
 from __future__ import annotations
 
@@ -114,3 +116,59 @@ def test_importance_sampling_keys_reach_the_loss(vllm_trainer):
     doubled = trainer._compute_loss(trainer.model, mini)
     assert base.abs() > 0
     assert torch.allclose(doubled, 2.0 * base, rtol=1e-5, atol=1e-7)  # no KL in the tiny recipe: all of it scales
+
+
+def test_a_jobs_snapshot_reaches_the_engine_and_the_trainers_weights_come_back(vllm_trainer):
+    """The asynchronous rollout worker loads a job's snapshot (rollout.max_staleness >= 1); the trainer's own next
+    generation on the engine syncs the trainer's weights again."""
+    trainer = vllm_trainer
+    prompt, completion = fixed_pair(trainer)
+    policy = TrainerVLLMPolicy(trainer, SamplingSpec(max_new_tokens=4), engine_lock=trainer.vllm_engine_held())
+    snapshot, at_snapshot = trainer.engine_weights(), trainer_logps(trainer, prompt, completion)
+    saved = {name: tensor.clone() for name, tensor in trainer.model.state_dict().items()}
+    noise = torch.Generator().manual_seed(0)
+    try:
+        with torch.no_grad():
+            for parameter in trainer.model.parameters():
+                parameter.add_(0.05 * torch.randn(parameter.shape, generator=noise))
+        moved = trainer_logps(trainer, prompt, completion)
+        assert max_difference(moved, at_snapshot) > 10 * SYNC_TOLERANCE
+        trainer.state.global_step += 1  # the trainer's weights changed: its next generation syncs them
+        policy._sync_weights_if_stale()
+        assert max_difference(vllm_logps(trainer, prompt, completion), moved) < SYNC_TOLERANCE
+
+        with trainer.vllm_engine_held():
+            trainer.load_engine_weights(trainer.vllm_generation.llm, snapshot)
+        assert trainer._last_loaded_step is None  # the engine no longer holds the trainer's weights
+        assert max_difference(vllm_logps(trainer, prompt, completion), at_snapshot) < SYNC_TOLERANCE
+
+        policy._sync_weights_if_stale()
+        assert max_difference(vllm_logps(trainer, prompt, completion), moved) < SYNC_TOLERANCE
+    finally:
+        trainer.model.load_state_dict(saved)
+        trainer.state.global_step += 1  # the next test's generation syncs the weights put back
+
+
+def test_seeded_rows_are_the_same_in_any_batch_and_order(vllm_trainer):
+    """vLLM's per-request seed on this build: a row of the asynchronous worker's policy depends on its seed
+    (the job's, its episode's and its turn's) and prompt only, not on the other rows of its call."""
+    from agentrl.rollout.collector import Turn
+    from agentrl.rollout.vllm_seeded import SeededVLLMPolicy, colocated_sampling
+
+    trainer = vllm_trainer
+    suite = trainer.suite
+    sampling = colocated_sampling(trainer.vllm_generation, trainer.sampling_spec())
+
+    def policy(seed):
+        return SeededVLLMPolicy(trainer.vllm_generation.llm, trainer.processing_class, sampling, seed, None, 2048)
+
+    observations = [suite.make_env().reset(suite.task("train", i)) for i in range(6)]
+    turns = [Turn(prompt=o.text, observation=o, episode=i, step=i % 2) for i, o in enumerate(observations)]
+    with trainer.vllm_engine_held():
+        together = policy(7).act(turns)
+        apart = policy(7).act(turns[4:][::-1]) + policy(7).act(turns[:4])
+        other = policy(8).act(turns)
+    as_rows = [(r.completion_ids, r.logprobs) for r in together]
+    assert as_rows == [(r.completion_ids, r.logprobs) for r in [*apart[2:], apart[1], apart[0]]]
+    assert all(r.logprobs and all(math.isfinite(lp) and lp <= 0 for lp in r.logprobs) for r in together)
+    assert as_rows != [(r.completion_ids, r.logprobs) for r in other]
