@@ -205,8 +205,8 @@ class AsyncRolloutHooks:
         )
 
     def _check_resumed_engine(self, states: list[dict[str, Any]]) -> None:
-        """A checkpoint's jobs still to generate hold weights named for the engine that saved them (`RolloutJob.engine`):
-        another rollout.backend cannot load them."""
+        """A checkpoint's jobs still to generate hold weights named for the engine that saved them
+        (`RolloutJob.engine`): another rollout.backend cannot load them."""
         other = {state.get("engine", "hf") for state in states if state["batch"] is None} - {self._rollout_engine}
         if other:
             raise UserError(

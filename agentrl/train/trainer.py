@@ -267,9 +267,10 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
 
         Per token: PPO-clip with dual clip against the old log-probabilities (the current ones, detached,
         when the iteration takes one step), times decoupled PPO's behaviour weight for rows generated ahead, else
-        times TRL's vLLM/trainer ratio when that correction is on, plus beta times the clamped k3 KL. The total over the micro-batch (`masked_total`) is divided by the
-        mini-batch's tokens or rows over every rank, times the ranks (DDP averages the gradients), so the
-        micro-batch losses add up to the mini-batch's token- or seq-mean. Then the entropy term, if any."""
+        times TRL's vLLM/trainer ratio when that correction is on, plus beta times the clamped k3 KL. The total over
+        the micro-batch (`masked_total`) is divided by the mini-batch's tokens or rows over every rank, times the
+        ranks (DDP averages the gradients), so the micro-batch losses add up to the mini-batch's token- or
+        seq-mean. Then the entropy term, if any."""
         algo = self.cfg.algo
         ids = torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], dim=1)
         attention = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)

@@ -63,7 +63,8 @@ class VLLMHooks:
 
     def load_engine_weights(self, llm, weights: dict[str, torch.Tensor]) -> None:
         """A rollout job's snapshot into the colocated engine (the caller holds its lock). The trainer's weights are
-        then no longer the engine's: its next generation on it syncs them (`TrainerVLLMPolicy._sync_weights_if_stale`)."""
+        then no longer the engine's: its next generation on it syncs them
+        (`TrainerVLLMPolicy._sync_weights_if_stale`)."""
         self._last_loaded_step = None
         tied = bool(self.accelerator.unwrap_model(self.model).config.tie_word_embeddings)
         load_colocated_weights(llm, iter(weights.items()), tied, installed_vllm().runs_on_cpu)
