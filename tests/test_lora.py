@@ -241,6 +241,12 @@ def test_vllm_eval_gets_the_merged_folder(lora_run, tmp_path, monkeypatch):
 
     seen = {}
 
+    class FakeEngine:
+        def close(self):  # the engine must stop while its merged weights are still on disk
+            seen["merge_present_at_close"] = Path(seen["source"]).exists()
+
+    engine = FakeEngine()
+
     def fake_make_eval_policy(model_source, tokenizer, sampling, vllm_cfg, **kw):
         seen.update(
             dtype=kw.get("dtype"),
@@ -248,7 +254,7 @@ def test_vllm_eval_gets_the_merged_folder(lora_run, tmp_path, monkeypatch):
             files=sorted(p.name for p in Path(model_source).iterdir()),
             tokenizer=tokenizer,
         )
-        return "policy"
+        return engine
 
     monkeypatch.setattr(vllm_policy, "make_eval_policy", fake_make_eval_policy)
     cfg = SimpleNamespace(
@@ -256,8 +262,9 @@ def test_vllm_eval_gets_the_merged_folder(lora_run, tmp_path, monkeypatch):
         hardware=SimpleNamespace(precision="fp32"),
     )
     with ExitStack() as scratch:
-        assert _checkpoint_policy(cfg, _checkpoint(lora_run), None, None, scratch, seed=0) == "policy"
+        assert _checkpoint_policy(cfg, _checkpoint(lora_run), None, None, scratch, seed=0) is engine
         assert "model.safetensors" in seen["files"] and "adapter_config.json" not in seen["files"]
-    assert not Path(seen["source"]).exists()  # the temporary merge is gone after the evaluation
+    assert seen["merge_present_at_close"]  # the engine stopped first ...
+    assert not Path(seen["source"]).exists()  # ... then the temporary merge went
     assert seen["tokenizer"].padding_side == "left"
     assert seen["dtype"] == "float32"  # the engine computes in the training precision
