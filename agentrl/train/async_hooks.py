@@ -169,17 +169,7 @@ class AsyncRolloutHooks:
         )
         rounded = weights_in_bf16(model) if cfg.rollout.generate_in_bf16 else contextlib.nullcontext()
         with torch.no_grad(), self.accelerator.autocast(), rounded:
-            return collect(
-                self.suite,
-                job.tasks,
-                cfg.trainer.group_size,
-                policy,
-                self.prompt_spec,
-                max_steps=cfg.env.max_steps,
-                pool=self._worker_pool,
-                lockstep=lambda going: (going, self._worker_should_stop()),
-                turns=cfg.rollout.turns,
-            )
+            return self._collect_job(policy, job, cfg.rollout.turns)
 
     def _generate_job_on_engine(self, llm, job: RolloutJob) -> StepBatch:
         """One job's rows on the colocated vLLM engine, in the worker's thread (which holds the engine and has
@@ -193,15 +183,20 @@ class AsyncRolloutHooks:
             self.eos_token_ids,
             cfg.rollout.max_prompt_tokens,
         )
+        return self._collect_job(policy, job)
+
+    def _collect_job(self, policy, job: RolloutJob, turns: str = "lockstep") -> StepBatch:
+        """A job's episodes played by `policy` on the worker's pool; a stop ends them at the next turn."""
         return collect(
             self.suite,
             job.tasks,
-            cfg.trainer.group_size,
+            self.cfg.trainer.group_size,
             policy,
             self.prompt_spec,
-            max_steps=cfg.env.max_steps,
+            max_steps=self.cfg.env.max_steps,
             pool=self._worker_pool,
             lockstep=lambda going: (going, self._worker_should_stop()),
+            turns=turns,
         )
 
     def _check_resumed_engine(self, states: list[dict[str, Any]]) -> None:
