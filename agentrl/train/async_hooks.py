@@ -169,7 +169,7 @@ class AsyncRolloutHooks:
         )
         rounded = weights_in_bf16(model) if cfg.rollout.generate_in_bf16 else contextlib.nullcontext()
         with torch.no_grad(), self.accelerator.autocast(), rounded:
-            return self._collect_job(policy, job, cfg.rollout.turns)
+            return self._collect_job(policy, job)
 
     def _generate_job_on_engine(self, llm, job: RolloutJob) -> StepBatch:
         """One job's rows on the colocated vLLM engine, in the worker's thread (which holds the engine and has
@@ -185,8 +185,9 @@ class AsyncRolloutHooks:
         )
         return self._collect_job(policy, job)
 
-    def _collect_job(self, policy, job: RolloutJob, turns: str = "lockstep") -> StepBatch:
-        """A job's episodes played by `policy` on the worker's pool; a stop ends them at the next turn."""
+    def _collect_job(self, policy, job: RolloutJob) -> StepBatch:
+        """A job's episodes played by `policy` on the worker's pool; a stop ends them at the next turn. On vLLM the
+        turns are lockstep's: config/staleness.py refuses rollout.turns=ready with it."""
         return collect(
             self.suite,
             job.tasks,
@@ -196,7 +197,7 @@ class AsyncRolloutHooks:
             max_steps=self.cfg.env.max_steps,
             pool=self._worker_pool,
             lockstep=lambda going: (going, self._worker_should_stop()),
-            turns=turns,
+            turns=self.cfg.rollout.turns,
         )
 
     def _check_resumed_engine(self, states: list[dict[str, Any]]) -> None:
