@@ -169,9 +169,11 @@ def _check_earlier_run(folder: Path, cfg: Any) -> None:
 def as_container(cfg: Any) -> dict:
     """A config (typed, config/typed.py, or composed) as plain dicts, lists and strings, interpolations resolved:
     what a record writes (run.json, W&B, the tiny model's cache key) and what resume compares."""
-    from omegaconf import OmegaConf
+    from omegaconf import DictConfig, OmegaConf
 
-    return OmegaConf.to_container(OmegaConf.structured(cfg), resolve=True, enum_to_str=True)
+    if not isinstance(cfg, DictConfig):  # a dataclass; a composed node keeps its root, where `${...}` resolves
+        cfg = OmegaConf.structured(cfg)
+    return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 
 def changed_meaning(recorded: Path, cfg: Any) -> list[str]:

@@ -34,7 +34,15 @@ class TinyModelConfig:
     # 4000), so that no pair is trained on twice; 4000 where an engine plays them (tiny_model.demonstration_turns)
     demo_turns: int | None = checked(None, Ge(1))
     warmup_batch_size: int = checked(32, Ge(1))
+    # the warm-up stops short of warmup_steps where its steps would train on more tokens than this (prompt and reply):
+    # its time grows with the tokens. Household's default (126 a pair, 6.05 million in 1,500 steps) takes every step;
+    # prompts that fill the 512-token budget take about 385 steps (tiny.warmup_step_count)
+    warmup_tokens: int = checked(6_500_000, Ge(1))
     warmup_lr: float = checked(3e-3, Gt(0))
+    # the prompt tokens a warm-up pair keeps (its end, as a rollout does): the rollout's budget, which
+    # conf/model/tiny.yaml sets it from (${rollout.max_prompt_tokens}), so that the build trains on the prompts the
+    # model will see. It bounds the build's memory and time on an environment whose observations grow with the episode.
+    max_prompt_tokens: int = checked(512, Ge(1))
     cache_dir: str | None = checked(None, MinLen(1))  # default: $AGENTRL_CACHE or ~/.cache/agentrl
     seed: int = checked(0, SEED)
     # load agentrl's shipped build where one was made from exactly these settings and this environment's text

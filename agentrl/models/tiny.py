@@ -46,11 +46,13 @@ log = logging.getLogger(__name__)
 
 # bump when the recipe changes, so old caches are not reused (4: the warm-up runs on SFTTrainer; 5: fresh demonstrations)
 BUILD_VERSION = 5
-# Prompt tokens a warm-up pair keeps (its end, as a rollout does): more than any tiny-model prompt has.
-PROMPT_BUDGET = 10_000
 # Turns of demonstrations unless demo_turns says: on an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step)
 # this many; in process at least this many (the tokenizer's text), and one for every row the warm-up trains on.
 DEMO_TURNS = 4000
+# At most this many characters of demonstrations train the tokenizer: household's 48,000 turns hold about 17 million.
+TOKENIZER_TEXT_CHARS = 32_000_000
+# Pairs whose mean length in tokens sizes the warm-up (warmup_step_count).
+TOKEN_SAMPLE = 512
 # Turns the build's check plays (fewer where the demonstrations are fewer: a tenth of them).
 CHECK_TURNS = 400
 # The builds that ship with agentrl, one folder per environment, each with the record of what it was built from.
@@ -184,8 +186,8 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     staging = target.parent / f".{target.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
     log.info(
-        "building the tiny model in %s first (first use; cached afterwards): %d turns of random play, then %d warm-up "
-        "steps; about 2 minutes on 2 cores for household, longer where an engine plays the turns",
+        "building the tiny model in %s first (first use; cached afterwards): %d turns of random play, then up to %d "
+        "warm-up steps; about 2 minutes on 2 cores for household, longer where an engine plays the turns",
         target,
         demonstration_turns(tiny_cfg, env_cfg.name),
         tiny_cfg.warmup_steps,
@@ -202,15 +204,17 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     return target
 
 
-def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int, doing: str):
+def _play(suite, env_cfg: Any, policy, split: str, first_index: int, turns: int, doing: str, tiny_cfg: Any):
     """About `turns` turns of `policy` on consecutive tasks of `split`, one episode each (episodes of
-    max_steps), so that a slow engine is not played for hours. `doing` names it in the progress report."""
+    max_steps), so that a slow engine is not played for hours. `doing` names it in the progress report. Each prompt
+    keeps the text its last `tiny_cfg.max_prompt_tokens` ids can come from (rollout/prompts.py, `prompt_tail`)."""
     from agentrl.envs.base import within_split
     from agentrl.rollout.demonstrations import play
+    from agentrl.rollout.prompts import CHARS_PER_TOKEN_BOUND
 
     episodes = max(4, -(-turns // suite.max_steps))
     tasks = [suite.task(split, within_split(suite, split, first_index + i)) for i in range(episodes)]
-    return play(suite, env_cfg, policy, tasks, doing)
+    return play(suite, env_cfg, policy, tasks, doing, prompt_chars=tiny_cfg.max_prompt_tokens * CHARS_PER_TOKEN_BOUND)
 
 
 def _random_play(suite, env_cfg: Any, tiny_cfg: Any, turns: int, doing: str):
@@ -219,7 +223,7 @@ def _random_play(suite, env_cfg: Any, tiny_cfg: Any, turns: int, doing: str):
     from agentrl.rollout.policies import RandomPolicy
 
     policy = RandomPolicy.for_suite(suite, tiny_cfg.seed)  # one line where no random policy can play the env
-    return _play(suite, env_cfg, policy, "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing)
+    return _play(suite, env_cfg, policy, "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing, tiny_cfg)
 
 
 def build_tokenizer(texts: list[str], vocab_size: int):
@@ -260,6 +264,17 @@ def build_tokenizer(texts: list[str], vocab_size: int):
     return tokenizer
 
 
+def tokenizer_text(pairs: list[tuple[str, str]]) -> list[str]:
+    """The text the tokenizer learns from: every prompt, then every reply. Where they hold more than
+    TOKENIZER_TEXT_CHARS characters, evenly spaced pairs up to that many (a bounded sample: the prompts are already
+    cut to the text their budget can reach, `_play`)."""
+    size = sum(len(p) + len(c) for p, c in pairs)
+    if size > TOKENIZER_TEXT_CHARS:
+        keep = max(1, len(pairs) * TOKENIZER_TEXT_CHARS // size)
+        pairs = [pairs[i * len(pairs) // keep] for i in range(keep)]
+    return [p for p, _ in pairs] + [c for _, c in pairs]
+
+
 def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     """Build, warm up and save the tiny model and its tokenizer into `out_dir`."""
     import torch
@@ -273,7 +288,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     turns = demonstration_turns(tiny_cfg, env_cfg.name)
     demos = _random_play(suite, env_cfg, tiny_cfg, turns, "tiny model: playing demonstrations")
     pairs = list(zip(demos.prompt, demos.completion))  # (prompt, random admissible reply)
-    tokenizer = build_tokenizer([p for p, _ in pairs] + [c for _, c in pairs], tiny_cfg.vocab_size)
+    tokenizer = build_tokenizer(tokenizer_text(pairs), tiny_cfg.vocab_size)
     heads = tiny_cfg.num_heads
     config = Qwen2Config(
         vocab_size=len(tokenizer),
@@ -293,7 +308,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     model.generation_config.pad_token_id = tokenizer.pad_token_id
 
     model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
-    validity = valid_action_rate(model, tokenizer, suite, env_cfg, turns=min(CHECK_TURNS, max(1, turns // 10)))
+    validity = valid_action_rate(model, tokenizer, suite, env_cfg, tiny_cfg, min(CHECK_TURNS, max(1, turns // 10)))
 
     out_dir.mkdir(parents=True)
     model.save_pretrained(out_dir)
@@ -301,7 +316,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     report = {
         "parameters": sum(p.numel() for p in model.parameters()),
         "vocab_size": len(tokenizer),
-        "warmup_steps": tiny_cfg.warmup_steps,
+        "warmup_steps": len(losses),
         "warmup_final_loss": losses[-1] if losses else None,
         "demonstration_pairs": len(pairs),
         **validity,
@@ -341,33 +356,50 @@ def demonstration_turns(tiny_cfg: Any, env_name: str) -> int:
     return DEMO_TURNS
 
 
+def warmup_step_count(tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any) -> int:
+    """`warmup_steps`, or fewer where that many steps of `warmup_batch_size` pairs would train on more than
+    `warmup_tokens` tokens (prompt and reply, at the pairs' mean length over an evenly spaced sample of
+    TOKEN_SAMPLE): a warm-up's time grows with its tokens, and an environment whose prompts fill the prompt budget
+    has four times household's. Household's default (126 tokens a pair) takes every step."""
+    from agentrl.models.fine_tune import pairs_ids
+
+    if not pairs or tiny_cfg.warmup_steps <= 0:
+        return 0
+    sample = [pairs[i * len(pairs) // min(TOKEN_SAMPLE, len(pairs))] for i in range(min(TOKEN_SAMPLE, len(pairs)))]
+    mean = sum(len(ids) for ids, _ in pairs_ids(tokenizer, sample, tiny_cfg.max_prompt_tokens)) / len(sample)
+    return max(1, min(tiny_cfg.warmup_steps, int(tiny_cfg.warmup_tokens / (mean * tiny_cfg.warmup_batch_size))))
+
+
 def warm_up(model, tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any):
     """Supervised steps on (prompt, random admissible reply), the loss on the reply only: `agentrl sft`'s own
     fine-tuning (agentrl/models/fine_tune.py), so that there is one way to warm-start. Returns (model, losses)."""
     from agentrl.models.fine_tune import Schedule, fine_tune
 
     schedule = Schedule(
-        steps=tiny_cfg.warmup_steps,
+        steps=warmup_step_count(tokenizer, pairs, tiny_cfg),
         batch_size=tiny_cfg.warmup_batch_size,
         learning_rate=tiny_cfg.warmup_lr,
         seed=tiny_cfg.seed,
-        max_prompt_tokens=PROMPT_BUDGET,
+        max_prompt_tokens=tiny_cfg.max_prompt_tokens,
         weight_decay=0.01,  # torch's AdamW default, which the warm-up's own loop used before it ran on SFTTrainer
     )
     # the loss from the full logits, as the build the default's measured curve rests on (fine_tune.full_logits_trainer)
     return fine_tune(model, tokenizer, pairs, schedule, doing="tiny model: warm-up", full_logits=True)
 
 
-def valid_action_rate(model, tokenizer, suite, env_cfg: Any, turns: int = 400) -> dict[str, float]:
+def valid_action_rate(model, tokenizer, suite, env_cfg: Any, tiny_cfg: Any, turns: int = 400) -> dict[str, float]:
     """Sample the warmed-up model at temperature 1 on held-out tasks: how often is its reply an admissible action,
     and how widely does it spread over the admissible actions (agentrl/rollout/exploration.py)?"""
     from agentrl.rollout.exploration import AdmissibleProbe
     from agentrl.rollout.policies import HFPolicy, SamplingSpec
 
     probe = AdmissibleProbe(
-        HFPolicy(model, tokenizer, SamplingSpec(temperature=1.0, max_new_tokens=24)), model, tokenizer
+        HFPolicy(model, tokenizer, SamplingSpec(1.0, max_new_tokens=24, max_prompt_tokens=tiny_cfg.max_prompt_tokens)),
+        model,
+        tokenizer,
+        tiny_cfg.max_prompt_tokens,
     )
-    batch = _play(suite, env_cfg, probe, suite.eval_split, 50_000, turns, "tiny model: checking its replies")
+    batch = _play(suite, env_cfg, probe, suite.eval_split, 50_000, turns, "tiny model: checking its replies", tiny_cfg)
     rows = max(len(batch), 1)
     return {
         "valid_action_rate": sum(batch.valid) / rows,  # a parsable <action> reply

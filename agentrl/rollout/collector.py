@@ -25,7 +25,7 @@ from agentrl.envs.workers import EnvFault, EnvPool, InlinePool
 from agentrl.errors import UserError
 from agentrl.rollout.batch import EpisodeResult, Row, StepBatch
 from agentrl.rollout.parsing import ACTION_TAGS, ParsedAction, action_for_env, parse_reply
-from agentrl.rollout.prompts import HistoryWindow, build_prompt
+from agentrl.rollout.prompts import HistoryWindow, build_prompt, prompt_tail
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,9 @@ class RolloutAbandoned(Exception):
 class PromptSpec:
     template: str
     history_length: int
+    # keep only each prompt's last this many characters (prompts.prompt_tail), where only its last ids are read: the
+    # tiny model's build, whose demonstrations are tokenised at the rollout's budget. None: the whole prompt.
+    max_chars: int | None = None
 
 
 class _Episode:
@@ -226,6 +229,7 @@ def _turn(ep: _Episode, prompt: PromptSpec, t: int, reply_format: str) -> Turn:
         actions_text=obs.actions_text,
         reply_format=reply_format,
     )
+    text = prompt_tail(text, prompt.max_chars)
     return Turn(prompt=text, observation=obs, task=ep.task, step=t, episode=ep.index, reply_format=reply_format)
 
 

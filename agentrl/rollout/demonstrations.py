@@ -58,13 +58,15 @@ def play(
     policy,
     tasks: list[Task],
     doing: str,
+    prompt_chars: int | None = None,
 ) -> StepBatch:
     """One episode of `policy` on each task, in lockstep, with the run's prompt template and history window.
-    `doing` names the work in the progress report."""
+    `doing` names the work in the progress report; `prompt_chars`, where set, keeps each prompt's last that many
+    characters only (collector.PromptSpec.max_chars)."""
     from agentrl.envs.workers import make_pool
     from agentrl.progress import Phase
 
-    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
+    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length, prompt_chars)
     limit = env_cfg.max_steps or suite.max_steps
     # With an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step, up to seconds a reset) the play is engine
     # time: worker processes run the episodes side by side. Outcomes come back in slot order, so the play is the

@@ -271,3 +271,23 @@ def build_prompt(
     window = _recent(history, step, history_length)
     prompt = _BUILDERS[template](task, observation, list(admissible), window, step, actions_text)
     return prompt if reply_format == "action" else _in_format(prompt, reply_format)
+
+
+# A prompt's ids are cut to the last `max_prompt_tokens` (rollout/policies.py, `chat_prompts_ids`). Its text is
+# tokenised from its last `max_prompt_tokens * CHARS_PER_TOKEN_BOUND` characters only (`prompt_tail`): more than the
+# ids kept wherever a token averages fewer characters (byte-level BPE: about 3 for the tiny model's 1024-entry
+# vocabulary, about 4 for Qwen2.5's on English text). So an observation that is a game's whole log (tens of thousands
+# of characters) costs the tokeniser, and the memory the build and the rows take, what the budget does.
+CHARS_PER_TOKEN_BOUND = 8
+# how far past the cut a tail looks for the start of a word (a whitespace character)
+WORD_SEARCH_CHARS = 200
+
+
+def prompt_tail(prompt: str, chars: int | None) -> str:
+    """The prompt itself where it has at most `chars` characters (or `chars` is None), else its last `chars` from
+    the first whitespace after the cut (within WORD_SEARCH_CHARS; at the cut where there is none)."""
+    if chars is None or len(prompt) <= chars:
+        return prompt
+    cut = len(prompt) - chars
+    space = next((i for i in range(cut, min(cut + WORD_SEARCH_CHARS, len(prompt))) if prompt[i].isspace()), cut)
+    return prompt[space:]

@@ -156,3 +156,36 @@ class GlobalDice:
 
 def make_global_dice(**kwargs) -> GlobalDice:
     return GlobalDice(**kwargs)
+
+
+class VerboseLog(Corridor):
+    """Observations of a known size: `first` characters at the reset, then `per_turn` characters a turn; with
+    `whole_log`, the observation is the game's whole log so far, as TextArena's games and chat-style environments
+    write it (the prompt grows with the episode), else the turn's own entry. The door is far (`length` 100): random
+    play lasts `max_turns`."""
+
+    def __init__(self, first=800, per_turn=400, whole_log=True, max_turns=30, length=100, **kwargs):
+        super().__init__(length=length, max_turns=max_turns, **kwargs)
+        self.first, self.per_turn, self.whole_log = first, per_turn, whole_log
+        self.log: list[str] = []
+
+    def reset(self, seed: int | None = None):
+        text, info = super().reset(seed)
+        rules = "[GAME] You are on a frozen lake. Walk to the door; each move is announced to both players. "
+        self.log = [_padded(rules + text, self.first)]
+        return self.log[-1], info
+
+    def step(self, action: str):
+        text, reward, won, truncated, info = super().step(action)
+        entry = f"[Player 0] [{action.strip()}] [GAME] Player 0 moves {action.strip()}. {text} The lake is quiet."
+        self.log.append(_padded(entry, self.per_turn))
+        return ("\n".join(self.log) if self.whole_log else self.log[-1]), reward, won, truncated, info
+
+
+def _padded(text: str, length: int) -> str:
+    """`text` repeated and cut to `length` characters: an observation of a known size."""
+    return ((text + " ") * (length // (len(text) + 1) + 1))[:length]
+
+
+def make_verbose(**kwargs) -> VerboseLog:
+    return VerboseLog(**kwargs)
