@@ -181,7 +181,8 @@ def run_start(args: argparse.Namespace, seed: int, child_env: dict) -> dict:
         print(f"{time.strftime('%H:%M:%S')} start {seed}: {phase} ... (log {log})", flush=True)
         started = time.perf_counter()
         if phase == "build":
-            cmd = [sys.executable, "-c", "import sys; from scripts.reproduce_recipe import build; build(sys.argv[1:])"]
+            script = str(Path(__file__).resolve())
+            cmd = [sys.executable, "-c", f"import runpy, sys; runpy.run_path({script!r})['build'](sys.argv[1:])"]
         else:
             cmd = [sys.executable, "-m", "agentrl.cli"]
         if phase == "eval_start" and "build_folder" in done:
@@ -321,7 +322,11 @@ def main() -> None:
     child_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     machine = machine_line()
     print(f"reproducing {args.recipe} over starts {args.starts} into {args.out}; {machine}", flush=True)
-    seconds = {seed: run_start(args, seed, child_env) for seed in args.starts}
+    try:
+        seconds = {seed: run_start(args, seed, child_env) for seed in args.starts}
+    except KeyboardInterrupt:
+        again = shlex.join([*sys.argv[1:], *([] if "--out" in sys.argv else ["--out", str(args.out)])])
+        fail(f"stopped; the phases that finished are kept: `python {sys.argv[0]} {again}` goes on where it was")
     figures = [start_figures(args.out / f"start_{seed}", seconds[seed]) for seed in args.starts]
     gains, mean = gains_over_starts(figures)
     command = "python scripts/reproduce_recipe.py " + shlex.join(sys.argv[1:])
