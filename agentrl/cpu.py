@@ -1,5 +1,5 @@
-"""What this CPU offers a run: the cores it may use, torch's thread count from them, native bf16, matrix products
-whose rows do not depend on the batch.
+"""What this CPU offers a run: its model, the cores it may use, torch's thread count from them, native bf16, matrix
+products whose rows do not depend on the batch.
 
 Pure reads of the machine (the scheduler's affinity, the cgroup's CPU quota, /proc/cpuinfo's flags, how busy the
 cores are) and two setters; no agentrl import.
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 from pathlib import Path
 
 # The instructions that make bf16 matmuls fast (oneDNN's AVX512-BF16 and AMX kernels); without them torch
@@ -49,6 +50,18 @@ def cpu_flags() -> set[str]:
         if line.startswith("flags"):
             return set(line.split(":", 1)[1].split())
     return set()
+
+
+def cpu_model() -> str:
+    """The CPU's model name as /proc/cpuinfo gives it (what a measurement names as its machine); elsewhere what
+    `platform` knows."""
+    try:
+        for line in CPUINFO.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def native_bf16() -> bool:

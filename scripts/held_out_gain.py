@@ -30,6 +30,15 @@ def outcomes(folder: Path) -> dict[str, float]:
         sys.exit(f"{path}: not an agentrl eval's trajectories ({type(error).__name__}: {error})")
 
 
+def aligned(start: dict[str, float], end: dict[str, float], folder: Path) -> list[float]:
+    """The end's outcomes on the start's tasks, in the order of sorted(start); exits with one line where `folder`
+    (the end's) lacks some of them."""
+    tasks = sorted(start)
+    if missing := [t for t in tasks if t not in end]:
+        sys.exit(f"{folder}: {len(missing)} of the start's {len(tasks)} tasks are missing (first: {missing[0]})")
+    return [end[t] for t in tasks]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("start", type=Path, help="the agentrl eval folder of the start")
@@ -42,12 +51,7 @@ def main() -> None:
 
     start = outcomes(args.start)
     tasks = sorted(start)
-    ends = []
-    for folder in args.ends:
-        end = outcomes(folder)
-        if missing := [t for t in tasks if t not in end]:
-            sys.exit(f"{folder}: {len(missing)} of the start's {len(tasks)} tasks are missing (first: {missing[0]})")
-        ends.append([end[t] for t in tasks])
+    ends = [aligned(start, outcomes(folder), folder) for folder in args.ends]
     start_row, end_rows = np.array([start[t] for t in tasks]), np.array(ends)
     per_seed, mean = paired_gains(start_row, end_rows)
     print(f"{len(tasks)} held-out tasks; start {start_row.mean():.3f} ({args.start})")

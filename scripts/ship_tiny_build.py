@@ -17,10 +17,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import shutil
 import time
-from pathlib import Path
 
 # what a run loads, and the build's own report; the record is written beside them
 BUILD_FILES = (
@@ -34,16 +32,6 @@ BUILD_FILES = (
 )
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--overrides", nargs="*", default=[], help="Hydra overrides of the train config")
@@ -53,6 +41,7 @@ def main() -> None:
 
     from agentrl.config.store import compose_config
     from agentrl.config.typed import typed
+    from agentrl.cpu import cpu_model
     from agentrl.models import tiny
 
     cfg = typed(compose_config("train", [*args.overrides, "model.tiny.shipped=false"]))
@@ -65,7 +54,7 @@ def main() -> None:
     record = {
         "spec": tiny.build_spec(cfg.model.tiny, cfg.env),
         "text_fingerprint": tiny.text_fingerprint(cfg.model.tiny, cfg.env),
-        "built_on": {"cpu": cpu_name(), "torch": torch.__version__},  # the machine this script runs on
+        "built_on": {"cpu": cpu_model(), "torch": torch.__version__},  # the machine this script runs on
         "shipped_at": time.strftime("%Y-%m-%d"),
     }
     (target / tiny.SHIPPED_RECORD).write_text(json.dumps(record, indent=2) + "\n")

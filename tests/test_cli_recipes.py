@@ -9,13 +9,22 @@ import pytest
 from typer.testing import CliRunner
 
 from agentrl.cli import app
-from agentrl.cli.recipes import NOT_STATED, header_lines, read_recipe, recipe_table, shipped_recipes
+from agentrl.cli.recipes import (
+    NOT_STATED,
+    SFT_MODEL,
+    START_SEED,
+    header_lines,
+    read_recipe,
+    recipe_table,
+    shipped_recipes,
+)
 from tests.conftest import REPO
 
 RECIPES = shipped_recipes()
-# A status says either where the learning run's numbers are, or that the recipe is a reference one not reproduced
-# yet (with what was measured of it, if anything, after a semicolon).
-MEASURED = re.compile(r"measured \(docs/benchmarks\.md#[a-z0-9-]+\)")
+# A status says either where the learning run's numbers are (and, where it says, over how many independent starts,
+# or RL seeds from one start), or that the recipe is a reference one not reproduced yet (with what was measured of
+# it, if anything, after a semicolon).
+MEASURED = re.compile(r"measured( over (\d+ starts?|\d+ RL seeds from one start))? \(docs/benchmarks\.md#[a-z0-9-]+\)")
 REFERENCE = re.compile(r"reference recipe, not yet reproduced(; .+ \(docs/benchmarks\.md#[a-z0-9-]+\))?")
 ANCHOR = re.compile(r"docs/benchmarks\.md#([a-z0-9-]+)")
 
@@ -50,6 +59,38 @@ def test_a_recipe_without_a_status_line_says_so(tmp_path):
     )
 
 
+def test_a_start_block_gives_its_commands_in_order_and_stops_at_the_first_other_line(tmp_path):
+    (tmp_path / "mine.yaml").write_text(
+        "# agentrl train +experiment=mine model.path=<its sft model> seed=0\n# Mine.\n# status: measured (x)\n"
+        "# start S (what seed=S seeds):\n#   agentrl sft +experiment=mine seed=S sft.episodes=5\n"
+        "#   agentrl train +experiment=mine seed=S model.path=<its sft model>\n# A note, not a command.\n"
+        "#   agentrl eval outputs/x\nseed: 3\n"
+    )
+    assert read_recipe(tmp_path / "mine.yaml").start == (
+        "agentrl sft +experiment=mine seed=S sft.episodes=5",
+        "agentrl train +experiment=mine seed=S model.path=<its sft model>",
+    )
+    (tmp_path / "bare.yaml").write_text(
+        "# agentrl train +experiment=bare\n# Bare.\n#   agentrl train seed=S\nseed: 3\n"
+    )
+    assert read_recipe(tmp_path / "bare.yaml").start == (), "indented commands outside a start block are not a start"
+
+
+@pytest.mark.parametrize("recipe", [r for r in RECIPES if r.start], ids=lambda r: r.name)
+def test_a_start_is_an_sft_then_a_train_from_its_model_or_a_train_each_seeded_by_the_start(recipe):
+    commands = [command.split() for command in recipe.start]
+    assert [words[:2] for words in commands] in ([["agentrl", "train"]], [["agentrl", "sft"], ["agentrl", "train"]])
+    assert all(START_SEED in words for words in commands)
+    assert commands[-1][2] == f"+experiment={recipe.name}"
+    assert (len(commands) == 2) == (f"model.path={SFT_MODEL}" in recipe.start[-1])
+
+
+def test_every_measured_recipe_gives_a_start_so_that_its_row_can_be_reproduced():
+    measured = {r.name for r in RECIPES if r.status.startswith("measured")}
+    assert {"gem_2048", "gem_sokoban", "gem_guessthenumber", "smollm2_household_cpu"} <= measured
+    assert measured == {r.name for r in RECIPES if r.start}
+
+
 def test_a_header_without_a_description_reads_as_none(tmp_path):
     (tmp_path / "bare.yaml").write_text("# agentrl train +experiment=bare\n# status: measured (x)\nseed: 3\n")
     recipe = read_recipe(tmp_path / "bare.yaml")
@@ -64,7 +105,7 @@ def test_piped_each_recipe_is_one_plain_line():
         (line,) = [line for line in lines if line.startswith(f"{recipe.name}: ")]
         assert line.endswith(f"; status: {recipe.status}")
     assert "smollm2_household: RL that makes" in result.output
-    assert "status: measured (docs/benchmarks.md#smollm2-on-household)" in result.output
+    assert "status: measured over 3 starts (docs/benchmarks.md#smollm2-on-household)" in result.output
     assert "not stated" not in result.output
 
 

@@ -204,6 +204,25 @@ def test_a_tiny_recipe_composes_on_gem_names_its_command_and_leaves_the_hardware
     assert "\n## GEM\n" in (REPO / "docs" / "benchmarks.md").read_text()  # where its status line points
 
 
+@pytest.mark.parametrize("name", TINY_RECIPES)
+@pytest.mark.parametrize("config", ["train", "sft"])
+def test_a_tiny_recipes_seed_is_its_whole_start_the_build_the_clone_and_rl(name, config):
+    with hydra_initialized():
+        for seed in (0, 3):
+            cfg = typed(compose(config_name=config, overrides=[f"+experiment={name}", f"seed={seed}"]))
+            assert cfg.seed == seed and cfg.model.tiny.seed == seed
+        # one build for several RL seeds stays a command-line choice
+        cfg = typed(compose(config_name=config, overrides=[f"+experiment={name}", "seed=3", "model.tiny.seed=1"]))
+        assert cfg.seed == 3 and cfg.model.tiny.seed == 1
+
+
+def test_the_embedded_default_keeps_its_shipped_build_whatever_the_seed():
+    with hydra_initialized():
+        for seed in (0, 3):
+            cfg = typed(compose(config_name="train", overrides=[f"seed={seed}"]))
+            assert cfg.model.tiny.seed == 1 and cfg.model.tiny.shipped  # agentrl/models/shipped/household's
+
+
 @pytest.mark.parametrize("hardware", [None, "gpu"])
 @pytest.mark.parametrize("name", RECIPES)
 def test_a_recipe_composes_and_passes_the_checks(name, hardware):

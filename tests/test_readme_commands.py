@@ -7,6 +7,7 @@ How a line is read:
 - a trailing `# comment`, and in a header a trailing `(remark)` or `[remark]` after the command, are not part of it;
 - a placeholder inside a value (`model.path=outputs/sft/<date>/<time>/model`) is replaced by a plain word, as it
   names a folder that only a user's run makes; nothing is loaded, so the folder need not exist;
+- a recipe's start commands (agentrl/cli/recipes.py) take `seed=S`, the start's seed: it is read as seed=0;
 - `agentrl eval CHECKPOINT` passes the checkpoint as `checkpoint=`, and `--random` as `policy=random`, and a recipe
   (`+experiment=NAME`) is composed as training's and handed over as `recipe_config=`, as the CLI does; `-m` composes as a multirun (every value of every sweep is checked), other Hydra flags are left out.
 Skipped, each with its reason in the test id: a line whose whole word is a placeholder standing for overrides
@@ -21,6 +22,7 @@ import shlex
 
 import pytest
 
+from agentrl.cli.recipes import START_SEED
 from tests.conftest import REPO
 
 COMMANDS = ("train", "config", "sft", "eval")
@@ -70,6 +72,7 @@ LINES = unique(readme_lines() + header_lines())
 def to_args(line: str) -> tuple[str, list[str]] | str:
     """(config name, Hydra arguments) for a command line, or the reason it is skipped."""
     words = shlex.split(PLACEHOLDER.sub("placeholder", line), comments=True)  # before: `<the run's ...>`
+    words = ["seed=0" if word == START_SEED else word for word in words]
     command, words = words[1], words[2:]
     if "placeholder" in words:  # a whole word, not inside a value
         return "a placeholder stands for the user's own overrides"

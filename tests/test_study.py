@@ -95,3 +95,26 @@ def test_paired_gains_bracket_each_seeds_gain_and_separate_only_a_clear_one():
     assert gain == pytest.approx((better - start).mean()) and 0 < low < gain < high
     assert mean[0] == pytest.approx((2 * gain) / 3) and mean[1] <= mean[0] <= mean[2]
     assert mean[1] < per_seed[1][1]  # the seeds' spread (one seed gained nothing) widens the mean's interval
+
+
+def test_paired_gains_over_independent_starts_pair_each_end_with_its_own_start_and_resample_the_starts():
+    tasks = 60
+    low_start, high_start = np.zeros(tasks), np.ones(tasks)
+    half = (np.arange(tasks) % 2).astype(float)  # wins every other task
+    starts = np.stack([low_start, high_start])  # two builds: one wins nothing, one everything
+    ends = np.stack([half, high_start])  # the first gains 0.5 over its own start, the second keeps its 1.0
+    per_start, mean = study.paired_gains(starts, ends)
+    assert [gain for gain, _, _ in per_start] == [pytest.approx(0.5), 0.0]
+    assert per_start[1] == (0.0, 0.0, 0.0)
+    gain, low, high = mean
+    assert gain == pytest.approx(0.25)
+    # resampling the starts draws both as the first (about 0.5) or both as the second (0) a quarter of the time
+    # each: the interval spans them, where a bootstrap over the tasks alone would sit within about 0.1 of 0.25
+    assert low <= 0.01 and high >= 0.45
+
+
+def test_paired_gains_refuse_a_start_that_does_not_pair_with_the_ends():
+    with pytest.raises(ValueError, match="does not pair"):
+        study.paired_gains(np.zeros((2, 10)), np.zeros((3, 10)))
+    with pytest.raises(ValueError, match="does not pair"):
+        study.paired_gains(np.zeros(9), np.zeros((3, 10)))

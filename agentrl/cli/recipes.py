@@ -3,7 +3,11 @@
 The recipe files are the source of truth. Their header (the comment lines above the first YAML line) opens, after
 Hydra's `# @package` line, with the command that runs the recipe, then a one-line description, and somewhere in the
 header a line `# status: ...` that says whether the recipe was measured to learn (and where the numbers are) or is
-a reference recipe not yet reproduced. Nothing is composed, so listing is quick and imports no torch.
+a reference recipe not yet reproduced. A recipe whose learning claim is measured over independent starts also gives
+the commands of one start: a line `# start S ...:`, then one command a line, indented by two or more spaces after
+the `#`, with `seed=S` where the start's seed goes and `<its sft model>` where the train command takes the clone's
+folder; scripts/reproduce_recipe.py runs them per start.
+Nothing is composed, so listing is quick and imports no torch.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from agentrl.hydra_paths import config_dir
 
 STATUS_PREFIX = "# status:"
 NOT_STATED = "not stated"
+START_PREFIX = "# start S"  # opens the commands of one start
+START_SEED = "seed=S"  # in each of them: the start's seed
+SFT_MODEL = "<its sft model>"  # in the train command: the folder `agentrl sft` wrote
 
 
 @dataclass(frozen=True)
@@ -25,6 +32,7 @@ class Recipe:
     command: str  # the header's first line: how to run it
     description: str
     status: str  # NOT_STATED where the header has no status line
+    start: tuple[str, ...] = ()  # the commands of one start (START_PREFIX's block), in order; () where none
 
 
 def header_lines(path: Path) -> list[str]:
@@ -51,7 +59,27 @@ def read_recipe(path: Path) -> Recipe:
     if description.lower().startswith("status:"):
         description = ""
     status = next((line[len(STATUS_PREFIX) :].strip() for line in lines if line.startswith(STATUS_PREFIX)), "")
-    return Recipe(name=path.stem, command=command, description=description, status=status or NOT_STATED)
+    return Recipe(
+        name=path.stem,
+        command=command,
+        description=description,
+        status=status or NOT_STATED,
+        start=start_commands(lines),
+    )
+
+
+def start_commands(lines: list[str]) -> tuple[str, ...]:
+    """The commands of the header's `# start S` block, one an indented comment line after it; () where the header
+    has no such block."""
+    opening = next((i for i, line in enumerate(lines) if line.startswith(START_PREFIX)), None)
+    if opening is None:
+        return ()
+    commands = []
+    for line in lines[opening + 1 :]:
+        if not line.startswith("#  "):
+            break
+        commands.append(comment_text(line))
+    return tuple(commands)
 
 
 def experiments_folder() -> Path:

@@ -9,8 +9,8 @@ records of `metrics.jsonl` (agentrl.metrics_log.read_records) and give:
 - ``bootstrap_difference``: a percentile bootstrap interval of the difference of two arms' mean success,
   resampling each arm's seeds independently (seeds are the unit of replication);
 - ``credit_means``: a run's step-credit diagnostics (``credit/*``), averaged over its iterations;
-- ``paired_gains``: the gain of runs over their common start on the same held-out tasks, with intervals from a
-  bootstrap over the tasks (each run's) and over the seeds, then the tasks (the mean's).
+- ``paired_gains``: the gain of runs over their start (one they share, or each its own) on the same held-out tasks,
+  with intervals from a bootstrap over the tasks (each run's) and over the runs, then the tasks (the mean's).
 
 scripts/compare_algorithms.py runs a study and prints these; tests/test_study.py checks them on hand-built logs.
 """
@@ -92,15 +92,20 @@ def bootstrap_difference(
 def paired_gains(
     start: np.ndarray, ends: np.ndarray, resamples: int = 10_000, confidence: float = 0.95, seed: int = 0
 ) -> tuple[list[tuple[float, float, float]], tuple[float, float, float]]:
-    """Each run's gain over the start it shares with the others, and their mean gain, with percentile intervals.
+    """Each run's gain over its start, and their mean gain, with percentile intervals.
 
-    `start` holds the start's outcome on each of T held-out tasks (1 won, 0 lost) and `ends` (S x T) each seed's
-    end on the same tasks. A seed's gain is mean_t(end_st - start_t); its interval resamples the T tasks with
-    replacement (the pairs kept). The mean gain is mean_s of those; its interval resamples S seeds, then T tasks
-    within each, so that it holds both the seeds' spread and the tasks' sampling.
+    `ends` (S x T) holds each run's end on T held-out tasks (1 won, 0 lost). `start` is either the outcome on the
+    same tasks of the start the S runs share (T: RL seeds from one model) or each run's own start (S x T:
+    independent starts, each its own build or clone, scripts/reproduce_recipe.py). A run's gain is
+    mean_t(end_st - start_st); its interval resamples the T tasks with replacement (the pairs kept). The mean gain
+    is mean_s of those; its interval resamples S runs, then T tasks within each, so that it holds both the runs'
+    spread (with independent starts: the starts') and the tasks' sampling.
     """
     ends = np.atleast_2d(np.asarray(ends, dtype=float))
-    diffs = ends - np.asarray(start, dtype=float)[None, :]
+    start = np.asarray(start, dtype=float)
+    if start.shape not in (ends.shape[1:], ends.shape):
+        raise ValueError(f"a start of shape {start.shape} does not pair with ends of shape {ends.shape}")
+    diffs = ends - start
     seeds, tasks = diffs.shape
     rng = np.random.default_rng(seed)
     per_seed = []
