@@ -66,7 +66,8 @@ def pair_dataset(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens:
     model's warm-up)."""
     from datasets import Dataset
 
-    encoded = pairs_ids(tokenizer, pairs, max_prompt_tokens) if pairs else []
+    # text pairs are tokenized here; the tool route's come as (ids, completion mask), as its rollout wrote them
+    encoded = pairs_ids(tokenizer, pairs, max_prompt_tokens) if pairs and isinstance(pairs[0][0], str) else list(pairs)
     labels = [[token if scored else IGNORED for token, scored in zip(ids, mask)] for ids, mask in encoded]
     return Dataset.from_dict({"input_ids": [ids for ids, _ in encoded], "labels": labels})
 

@@ -190,8 +190,11 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
         demonstration_turns(tiny_cfg, env_cfg.name),
         tiny_cfg.warmup_steps,
     )
+    build = build_tiny_model
+    if env_cfg.name == "tools":  # the tool-calling route's own build (agentrl/models/tiny_tools.py)
+        from agentrl.models.tiny_tools import build_tiny_tool_model as build
     try:
-        build_tiny_model(tiny_cfg, env_cfg, staging)
+        build(tiny_cfg, env_cfg, staging)
     except BaseException:  # a stop (Ctrl-C) or an error: no half-built model is left in the cache
         shutil.rmtree(staging, ignore_errors=True)
         raise
