@@ -95,5 +95,7 @@ def make_dialect(prompt: Any, suite: Any, policy: Any = None) -> Dialect:
 
     tokenizer = getattr(prompt, "tokenizer", None) or getattr(policy, "tokenizer", None)
     sampling = getattr(policy, "sampling", None)
-    budget = getattr(prompt, "max_prompt_tokens", None) or getattr(sampling, "max_prompt_tokens", None) or 2048
+    budget = getattr(prompt, "max_prompt_tokens", None)
+    if budget is None:
+        budget = getattr(sampling, "max_prompt_tokens", None) or 2048
     return ChatTools(suite.tool_schemas, tokenizer=tokenizer, max_prompt_tokens=budget)
