@@ -183,16 +183,17 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     make_cache_folder(target.parent)
     staging = target.parent / f".{target.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    log.info(
-        "building the tiny model in %s first (first use; cached afterwards): %d turns of random play, then %d warm-up "
-        "steps; about 2 minutes on 2 cores for household, longer where an engine plays the turns",
-        target,
-        demonstration_turns(tiny_cfg, env_cfg.name),
-        tiny_cfg.warmup_steps,
-    )
     build = build_tiny_model
     if env_cfg.name == "tools":  # the tool-calling route's own build (agentrl/models/tiny_tools.py)
         from agentrl.models.tiny_tools import build_tiny_tool_model as build
+    if build is build_tiny_model:  # the tool route's build says its own
+        log.info(
+            "building the tiny model in %s first (first use; cached afterwards): %d turns of random play, then %d warm-up "
+            "steps; about 2 minutes on 2 cores for household, longer where an engine plays the turns",
+            target,
+            demonstration_turns(tiny_cfg, env_cfg.name),
+            tiny_cfg.warmup_steps,
+        )
     try:
         build(tiny_cfg, env_cfg, staging)
     except BaseException:  # a stop (Ctrl-C) or an error: no half-built model is left in the cache

@@ -84,13 +84,20 @@ def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
 
     torch.manual_seed(tiny_cfg.seed)
     started = time.time()
+    episodes = tiny_cfg.demo_turns or DEMO_EPISODES
+    log.info(
+        "building the tiny model in %s first (first use; cached afterwards): %d episodes of the expert's tool calls, "
+        "then %d warm-up steps",
+        out_dir.parent,
+        episodes,
+        tiny_cfg.warmup_steps,
+    )
     suite = make_suite(env_cfg, faults=False)
     if not has_expert(suite):
         raise UserError(
             "model=tiny on env=tools warms up on the environment's expert: set env.expert=MODULE:FUNCTION, or use a "
             "pretrained model= (agentrl models list)"
         )
-    episodes = tiny_cfg.demo_turns or DEMO_EPISODES
     first = 1_000_000 + tiny_cfg.seed * 10_000
     tasks = [suite.task("train", within_split(suite, "train", first + i)) for i in range(episodes)]
     text = _expert_play(suite, env_cfg, tasks)
