@@ -118,8 +118,10 @@ class ToolsEnvConfig(EnvConfig):
     # the prompt is the conversation in the model's chat template: no template, no history window
     history_length: int = checked(0, Ge(0))  # unused on this route: every turn's prompt is the whole conversation
     factory: str | None = checked(None, MinLen(3))  # MODULE:CALLABLE, TRL's environment_factory; None: env.tools only
-    tools: list[str] = field(default_factory=list)  # MODULE:FUNCTION each, TRL's tools= (plain functions)
-    reward_funcs: list[str] = field(default_factory=list)  # MODULE:FUNCTION each, TRL's reward-function signature
+    # MODULE:FUNCTION each, TRL's tools= (plain functions); empty: the factory's methods alone
+    tools: list[str] = field(default_factory=list, metadata=valid(hint="a list of MODULE:FUNCTION"))
+    # MODULE:FUNCTION each, TRL's reward-function signature; empty: the factory's get_reward() alone
+    reward_funcs: list[str] = field(default_factory=list, metadata=valid(hint="a list of MODULE:FUNCTION"))
     expert: str | None = checked(None, MinLen(3))  # MODULE:FUNCTION, fn(environment, **columns) -> the actions
     dataset: str | None = checked(None, MinLen(1))  # a JSONL file or a datasets folder: one task a row
     eval_dataset: str | None = checked(None, MinLen(1))  # held-out rows; None: eval_rows of dataset set aside

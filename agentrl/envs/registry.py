@@ -86,7 +86,7 @@ BUILT_IN: dict[str, EnvSpec] = {
         EnvSpec(
             name="tools",
             description="agents that call tools: TRL's environment_factory class or tools=, env.factory=MODULE:CALLABLE",
-            builder="agentrl.envs.tools_env:build",
+            builder="agentrl.envs.tools_suite:build",
         ),
         EnvSpec(
             name="gem",

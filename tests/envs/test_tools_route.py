@@ -9,7 +9,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from agentrl.config.envs import ToolsEnvConfig
-from agentrl.envs.tools_env import build
+from agentrl.envs.tools_suite import build
 from agentrl.errors import UserError
 from agentrl.rollout.collector import PromptSpec, Reply, collect
 
