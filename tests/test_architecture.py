@@ -35,7 +35,7 @@ LAYERS = [
     },
     {"algos"},
     {"report"},
-    {"envs"},
+    {"envs", "examples"},
     {"rollout"},
     {"config"},
     {"models"},

@@ -108,3 +108,28 @@ class GemEnvConfig(SeededEnvConfig):
 
     name: str = checked("gem", MinLen(1))
     id: str = field(default=MISSING, metadata=valid(MinLen(3)))  # a GEM id: game:Sokoban-v0-easy
+
+
+@dataclass
+class ToolsEnvConfig(EnvConfig):
+    """env=tools: agents that call tools, from TRL's environment_factory and tools= (agentrl/envs/tools_env.py)."""
+
+    name: str = checked("tools", MinLen(1))
+    # the prompt is the conversation in the model's chat template: no template, no history window
+    history_length: int = checked(0, Ge(0))  # unused on this route: every turn's prompt is the whole conversation
+    factory: str | None = checked(None, MinLen(3))  # MODULE:CALLABLE, TRL's environment_factory; None: env.tools only
+    # MODULE:FUNCTION each, TRL's tools= (plain functions); empty: the factory's methods alone
+    tools: list[str] = field(default_factory=list, metadata=valid(hint="a list of MODULE:FUNCTION"))
+    # MODULE:FUNCTION each, TRL's reward-function signature; empty: the factory's get_reward() alone
+    reward_funcs: list[str] = field(default_factory=list, metadata=valid(hint="a list of MODULE:FUNCTION"))
+    expert: str | None = checked(None, MinLen(3))  # MODULE:FUNCTION, fn(environment, **columns) -> the actions
+    dataset: str | None = checked(None, MinLen(1))  # a JSONL file or a datasets folder: one task a row
+    eval_dataset: str | None = checked(None, MinLen(1))  # held-out rows; None: eval_rows of dataset set aside
+    eval_rows: int = checked(100, Ge(1))  # rows of dataset held out (a fixed shuffle) when no eval_dataset
+    prompt: Any = None  # one prompt for every task (a string or chat messages); the tasks are then seeds
+    train_seeds: int = checked(1_000_000, Ge(1))  # with prompt: train seeds seed_base .. seed_base + train_seeds - 1
+    eval_seeds: int = checked(10_000, Ge(1))  # with prompt: held-out seeds, the next eval_seeds
+    seed_base: int = checked(0, Ge(0))
+    max_steps: int | None = checked(8, EPISODE_STEPS)  # model turns per episode (a reply without a tool call ends it)
+    success_reward: float = checked(1.0)  # any number: success where no is_success/success attribute says
+    tool_timeout_s: float = checked(10.0, Gt(0))  # a tool call slower than this is answered with a timeout error

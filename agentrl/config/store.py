@@ -10,6 +10,7 @@ from agentrl.config.envs import (
     HouseholdEnvConfig,
     HouseholdTeamEnvConfig,
     ScienceworldEnvConfig,
+    ToolsEnvConfig,
 )
 from agentrl.config.run import EvalRunConfig, TrainConfig
 from agentrl.config.sft import SftRunConfig
@@ -41,6 +42,7 @@ def register_configs() -> None:
     cs.store(group="env", name="scienceworld_schema", node=ScienceworldEnvConfig)
     cs.store(group="env", name="gym_schema", node=GymEnvConfig)
     cs.store(group="env", name="gem_schema", node=GemEnvConfig)
+    cs.store(group="env", name="tools_schema", node=ToolsEnvConfig)
     from agentrl.envs.registry import register_plugin_configs
 
     register_plugin_configs()  # installed plug-ins: their env/<name>.yaml on the search path, their schemas

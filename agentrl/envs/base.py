@@ -42,6 +42,11 @@ class Observation:
     # turns, and the environment's step() for the first one returns the second one's observation. Rows
     # carry it (Dr. MAS's agent-wise advantages, algo.norm_scope=agent); a single agent leaves it "0".
     agent: str = "0"
+    # The chat messages this observation adds to a conversation (the tool-calling route, env=tools: the task's
+    # opening messages, then each turn's tool results); None on the text routes, whose prompts are built anew.
+    messages: list[dict] | None = None
+    # Counts the step adds to its episode's metrics, by name (env=tools: "tool_calls", "tool_errors/<kind>").
+    counts: dict[str, int] | None = None
 
     def anchor(self) -> Hashable:
         return self.anchor_key if self.anchor_key is not None else self.text

@@ -84,6 +84,11 @@ BUILT_IN: dict[str, EnvSpec] = {
             builder="agentrl.envs.gym_text:build",
         ),
         EnvSpec(
+            name="tools",
+            description="agents that call tools: TRL's environment_factory class or tools=, env.factory=MODULE:CALLABLE",
+            builder="agentrl.envs.tools_suite:build",
+        ),
+        EnvSpec(
             name="gem",
             description="GEM's games and reasoning-gym tasks: env.id=game:Sokoban-v0-easy (agentrl envs lists ids)",
             builder="agentrl.envs.gem_games:build",

@@ -60,13 +60,19 @@ def pairs_ids(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: in
     return encoded
 
 
+def encoded_pairs(tokenizer, pairs: Sequence, max_prompt_tokens: int) -> list[tuple[list[int], list[int]]]:
+    """(input ids, completion mask) of each pair: text pairs tokenized here (`pairs_ids`); the tool route's come as
+    (ids, completion mask) already, as its rollout wrote them."""
+    return pairs_ids(tokenizer, pairs, max_prompt_tokens) if pairs and isinstance(pairs[0][0], str) else list(pairs)
+
+
 def pair_dataset(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int):
     """The pairs as a `datasets.Dataset` of `input_ids` and `labels` (IGNORED over the prompt), the form TRL trains
     on as given: it builds those labels from a `completion_mask` itself, in a pass over every row (6 s for the tiny
     model's warm-up)."""
     from datasets import Dataset
 
-    encoded = pairs_ids(tokenizer, pairs, max_prompt_tokens) if pairs else []
+    encoded = encoded_pairs(tokenizer, pairs, max_prompt_tokens)
     labels = [[token if scored else IGNORED for token, scored in zip(ids, mask)] for ids, mask in encoded]
     return Dataset.from_dict({"input_ids": [ids for ids, _ in encoded], "labels": labels})
 

@@ -185,15 +185,19 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     make_cache_folder(target.parent)
     staging = target.parent / f".{target.name}.{os.getpid()}.tmp"
     shutil.rmtree(staging, ignore_errors=True)
-    log.info(
-        "building the tiny model in %s first (first use; cached afterwards): %d turns of random play, then up to %d "
-        "warm-up steps; about 2 minutes on 2 cores for household, longer where an engine plays the turns",
-        target,
-        demonstration_turns(tiny_cfg, env_cfg.name),
-        tiny_cfg.warmup_steps,
-    )
+    build = build_tiny_model
+    if env_cfg.name == "tools":  # the tool-calling route's own build (agentrl/models/tiny_tools.py)
+        from agentrl.models.tiny_tools import build_tiny_tool_model as build
+    if build is build_tiny_model:  # the tool route's build says its own
+        log.info(
+            "building the tiny model in %s first (first use; cached afterwards): %d turns of random play, then up to "
+            "%d warm-up steps; about 2 minutes on 2 cores for household, longer where an engine plays the turns",
+            target,
+            demonstration_turns(tiny_cfg, env_cfg.name),
+            tiny_cfg.warmup_steps,
+        )
     try:
-        build_tiny_model(tiny_cfg, env_cfg, staging)
+        build(tiny_cfg, env_cfg, staging)
     except BaseException:  # a stop (Ctrl-C) or an error: no half-built model is left in the cache
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -356,17 +360,17 @@ def demonstration_turns(tiny_cfg: Any, env_name: str) -> int:
     return DEMO_TURNS
 
 
-def warmup_step_count(tokenizer, pairs: list[tuple[str, str]], tiny_cfg: Any) -> int:
+def warmup_step_count(tokenizer, pairs: list, tiny_cfg: Any) -> int:
     """`warmup_steps`, or fewer where that many steps of `warmup_batch_size` pairs would train on more than
     `warmup_tokens` tokens (prompt and reply, at the pairs' mean length over an evenly spaced sample of
     TOKEN_SAMPLE): a warm-up's time grows with its tokens, and an environment whose prompts fill the prompt budget
     has four times household's. Household's default (126 tokens a pair) takes every step."""
-    from agentrl.models.fine_tune import pairs_ids
+    from agentrl.models.fine_tune import encoded_pairs
 
     if not pairs or tiny_cfg.warmup_steps <= 0:
         return 0
     sample = [pairs[i * len(pairs) // min(TOKEN_SAMPLE, len(pairs))] for i in range(min(TOKEN_SAMPLE, len(pairs)))]
-    mean = sum(len(ids) for ids, _ in pairs_ids(tokenizer, sample, tiny_cfg.max_prompt_tokens)) / len(sample)
+    mean = sum(len(ids) for ids, _ in encoded_pairs(tokenizer, sample, tiny_cfg.max_prompt_tokens)) / len(sample)
     return max(1, min(tiny_cfg.warmup_steps, int(tiny_cfg.warmup_tokens / (mean * tiny_cfg.warmup_batch_size))))
 
 

@@ -92,6 +92,9 @@ class EpisodeResult:
     transcript: list[dict] = field(default_factory=list)
     agent_turns: dict[str, int] = field(default_factory=dict)  # turns per agent (Observation.agent; "0" alone)
     agent_invalid: dict[str, int] = field(default_factory=dict)  # of those, the replies that parsed to no action
+    # what the environment counted (Observation.counts: tool calls, tool errors by kind), and "truncated": an
+    # episode ended because its conversation reached its token budget (env=tools)
+    counts: dict[str, int] = field(default_factory=dict)
 
 
 def summarize(batch: StepBatch, prefix: str) -> dict[str, float]:
@@ -113,6 +116,8 @@ def summarize(batch: StepBatch, prefix: str) -> dict[str, float]:
             steps = sum(e.length for e in eps)
             metrics[f"{key}invalid_rate"] = float(sum(e.invalid for e in eps) / max(steps, 1))
             metrics[f"{key}faults"] = float(sum(e.fault is not None for e in eps))
+            for name in sorted({name for e in eps for name in e.counts}):  # none on the text routes
+                metrics[f"{key}{name}"] = float(sum(e.counts.get(name, 0) for e in eps))
     by_task: dict[str, list[bool]] = defaultdict(list)
     for e in episodes:
         by_task[e.task_id].append(e.won)

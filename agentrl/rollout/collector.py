@@ -18,14 +18,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentrl.envs.base import Observation, Step, Task, TaskSuite
 from agentrl.envs.workers import EnvFault, EnvPool, InlinePool
 from agentrl.errors import UserError
 from agentrl.rollout.batch import EpisodeResult, Row, StepBatch
-from agentrl.rollout.parsing import ACTION_TAGS, ParsedAction, action_for_env, parse_reply
-from agentrl.rollout.prompts import HistoryWindow, build_prompt, prompt_tail
+from agentrl.rollout.dialects import Dialect, make_dialect
+from agentrl.rollout.parsing import ACTION_TAGS
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,11 @@ class Turn:
     episode: int = 0  # the episode's number in its rollout (its pool slot)
     # the reply the environment expects (rollout/parsing.py, REPLY_FORMATS): baselines and experts reply in it
     reply_format: str = ACTION_TAGS
+    # the prompt's token ids where the dialect writes them itself (the tool route's conversation: agentrl/rollout/
+    # chat_tools.py); None: the policy wraps `prompt` as one user message in the model's chat template
+    prompt_ids: list[int] | None = None
+    # the conversation so far as chat messages (the tool route), for policies that speak in messages
+    messages: list[dict] | None = None
 
 
 @dataclass
@@ -72,19 +77,25 @@ class RolloutAbandoned(Exception):
 
 @dataclass
 class PromptSpec:
+    """How turns are written: the text routes' template and history window; on the tool route (env=tools), the
+    tokenizer whose chat template renders the conversation (None: the policy's) and its prompt budget."""
+
     template: str
     history_length: int
-    # keep only each prompt's last this many characters (prompts.prompt_tail), where only its last ids are read: the
-    # tiny model's build, whose demonstrations are tokenised at the rollout's budget. None: the whole prompt.
+    tokenizer: Any = None
+    max_prompt_tokens: int | None = None
+    # the text routes: keep only each prompt's last this many characters (prompts.prompt_tail), where only its last
+    # ids are read: the tiny model's build, whose demonstrations are tokenised at the rollout's budget. None: whole.
     max_chars: int | None = None
 
 
 class _Episode:
-    """Mutable state of one running episode; its environment is the pool's slot `index`."""
+    """Mutable state of one running episode; its environment is the pool's slot `index`; `conv` is its
+    conversation as the dialect keeps it (agentrl/rollout/dialects.py)."""
 
-    def __init__(self, index: int, group: int, task: Task, history_length: int):
+    def __init__(self, index: int, group: int, task: Task, dialect: Dialect):
         self.index, self.group, self.task = index, group, task
-        self.history = HistoryWindow(history_length)
+        self.conv = dialect.open(task)
         self.observation: Observation | None = None
         self.result = EpisodeResult(index, group, task.task_id, task.task_type)
         self.done = False
@@ -131,32 +142,32 @@ def collect(
             lockstep=lockstep,
         )
     limit = max_steps or suite.max_steps
-    reply_format = reply_format_of(suite)
+    dialect = make_dialect(prompt, suite, policy)
     own_pool = pool is None
     if pool is None:
         pool = InlinePool(suite.make_env)
-    episodes = _episodes(tasks, group_size, prompt.history_length)
+    episodes = _episodes(tasks, group_size, dialect)
     try:
         _reset(pool, episodes)
         batch = StepBatch()
         for t in range(limit):
             active = [ep for ep in episodes if not ep.done]
+            active, turns = _turns(active, dialect, [t] * len(active))
             going = _keep_going(policy, bool(active))
             if lockstep is not None:
                 going = _agreed(lockstep, going, t)
             if not going:
                 break
-            turns = [_turn(ep, prompt, t, reply_format) for ep in active]
             replies = policy.act(turns)
             if not active:
                 continue  # this rank only took part in the other ranks' collective generation
-            parsed = [parse_reply(reply.text, reply_format) for reply in replies]
-            actions = [action_for_env(reply.text, p, reply_format) for reply, p in zip(replies, parsed)]
-            outcomes = pool.step([(ep.index, action) for ep, action in zip(active, actions)])
-            for ep, turn, reply, p, action, outcome in zip(active, turns, replies, parsed, actions, outcomes):
-                row = _row(ep, turn, reply, p, outcome, t)
+            readings = [dialect.read(turn, reply) for turn, reply in zip(turns, replies)]
+            outcomes = pool.step([(ep.index, reading.action) for ep, reading in zip(active, readings)])
+            for ep, turn, reply, reading, outcome in zip(active, turns, replies, readings, outcomes):
+                row = _row(ep, turn, reply, reading.valid, outcome, t)
                 batch.append(row)
-                _advance(ep, row, action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
+                _advance(ep, row, reading.action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
+                dialect.advance(ep.conv, turn, reply, reading, outcome)
             if on_turn is not None:
                 on_turn(t + 1, limit)
         if lockstep is not None:
@@ -167,11 +178,9 @@ def collect(
     return _with_outcomes(batch, episodes)
 
 
-def _episodes(tasks: Sequence[Task], group_size: int, history_length: int) -> list[_Episode]:
+def _episodes(tasks: Sequence[Task], group_size: int, dialect: Dialect) -> list[_Episode]:
     """`group_size` episodes of each task, numbered group by group (an episode's number is its pool slot)."""
-    return [
-        _Episode(g * group_size + k, g, task, history_length) for g, task in enumerate(tasks) for k in range(group_size)
-    ]
+    return [_Episode(g * group_size + k, g, task, dialect) for g, task in enumerate(tasks) for k in range(group_size)]
 
 
 def _reset(pool: EnvPool, episodes: list[_Episode]) -> None:
@@ -216,24 +225,22 @@ def reply_format_of(suite: TaskSuite) -> str:
     return getattr(suite, "reply_format", None) or ACTION_TAGS
 
 
-def _turn(ep: _Episode, prompt: PromptSpec, t: int, reply_format: str) -> Turn:
-    obs = ep.observation
-    text = build_prompt(
-        prompt.template,
-        task=obs.task_description,
-        observation=obs.text,
-        admissible=obs.admissible_actions,
-        history=ep.history.pairs,
-        step=t,
-        history_length=prompt.history_length,
-        actions_text=obs.actions_text,
-        reply_format=reply_format,
-    )
-    text = prompt_tail(text, prompt.max_chars)
-    return Turn(prompt=text, observation=obs, task=ep.task, step=t, episode=ep.index, reply_format=reply_format)
+def _turns(episodes: list[_Episode], dialect: Dialect, steps: Sequence[int]) -> tuple[list[_Episode], list[Turn]]:
+    """The episodes that play their next turn (each at its step) and their turns. An episode whose dialect has no
+    room for another turn (a conversation at its token budget) ends here, counted as truncated."""
+    playing, turns = [], []
+    for ep, t in zip(episodes, steps):
+        turn = dialect.turn(ep.conv, ep.observation, t, ep.task, ep.index)
+        if turn is None:
+            ep.result.counts["truncated"] = 1
+            ep.done = True
+            continue
+        playing.append(ep)
+        turns.append(turn)
+    return playing, turns
 
 
-def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: Step | EnvFault, t: int) -> Row:
+def _row(ep: _Episode, turn: Turn, reply: Reply, valid: bool, outcome: Step | EnvFault, t: int) -> Row:
     """The batch row of an episode's turn; a faulted step earns nothing and its action counts as not accepted."""
     stepped = not isinstance(outcome, EnvFault)
     return {
@@ -243,7 +250,7 @@ def _row(ep: _Episode, turn: Turn, reply: Reply, parsed: ParsedAction, outcome: 
         "agent": turn.observation.agent,
         "task_id": ep.task.task_id,
         "reward": float(outcome.reward) if stepped else 0.0,
-        "valid": parsed.valid,
+        "valid": valid,
         "admissible": bool(outcome.action_valid) if stepped else False,
         "anchor": _hashable_anchor(turn.observation, ep.task),
         "observation": turn.observation.text,
@@ -281,6 +288,8 @@ def _advance(
     else:
         ep.result.won = ep.result.won or bool(outcome.won)
         done, next_obs = bool(outcome.done), outcome.observation
+        for name, count in (next_obs.counts or {}).items():
+            ep.result.counts[name] = ep.result.counts.get(name, 0) + int(count)
     ep.result.ret += row["reward"]
     ep.result.length += 1
     ep.result.invalid += int(not row["valid"])
@@ -298,7 +307,6 @@ def _advance(
                 "reward": row["reward"],
             }
         )
-    ep.history.add(row["observation"], action)
     if next_obs is not None:
         ep.observation = next_obs
     ep.done = ep.done or done or last_turn

@@ -121,7 +121,7 @@ def env_action(reply: str, parsed: ParsedAction) -> str:
 # parses: agentrl's own ``<action>X</action>`` hands the environment X; GEM's ``\boxed{X}`` hands it the whole
 # ``\boxed{X}``, which GEM's games parse themselves.
 
-ACTION_TAGS, BOXED = "action", "boxed"
+ACTION_TAGS, BOXED, TOOLS = "action", "boxed", "tools"
 REPLY_FORMATS: tuple[str, ...] = (ACTION_TAGS, BOXED)
 BOXED_OPEN = "\\boxed{"
 
@@ -153,7 +153,12 @@ def parse_reply(reply: str, reply_format: str = ACTION_TAGS) -> ParsedAction:
 
 
 def format_reply(action: str, reply_format: str = ACTION_TAGS) -> str:
-    """An action written as a well-formed reply in the format: what the random policy and the experts reply."""
+    """An action written as a well-formed reply in the format: what the random policy and the experts reply. On the
+    tool route (`TOOLS`), a JSON tool call in Hermes' ``<tool_call>`` tags, any other text as the final answer."""
+    if reply_format == TOOLS:
+        from agentrl.rollout.chat_tools import format_tool_reply
+
+        return format_tool_reply(action)
     return f"{BOXED_OPEN}{action}}}" if reply_format == BOXED else f"{ACTION_OPEN}{action}{ACTION_CLOSE}"
 
 

@@ -92,6 +92,14 @@ def _templated_ids(tokenizer, prompts: Sequence[str]) -> list[list[int]]:
     return ids
 
 
+def turns_prompt_ids(tokenizer, turns: Sequence[Turn], max_tokens: int) -> list[list[int]]:
+    """The prompt ids of each turn: the ids its dialect wrote where it wrote them (the tool route's conversation,
+    never cut), else `chat_prompts_ids` of its text, in one call for them all."""
+    texts = [i for i, t in enumerate(turns) if t.prompt_ids is None]
+    wrapped = iter(chat_prompts_ids(tokenizer, [turns[i].prompt for i in texts], max_tokens))
+    return [list(t.prompt_ids) if t.prompt_ids is not None else next(wrapped) for t in turns]
+
+
 class HFPolicy:
     """Samples replies from a causal LM with `model.generate`."""
 
@@ -132,7 +140,7 @@ class HFPolicy:
         if not turns:
             return []
         s = self.sampling
-        prompts = chat_prompts_ids(self.tokenizer, [t.prompt for t in turns], s.max_prompt_tokens)
+        prompts = turns_prompt_ids(self.tokenizer, turns, s.max_prompt_tokens)
         device = next(self.model.parameters()).device
         by_width: dict[int, list[int]] = {}
         for i, p in enumerate(prompts):
@@ -150,7 +158,7 @@ class HFPolicy:
         if not turns:
             return []
         s = self.sampling
-        prompts = chat_prompts_ids(self.tokenizer, [t.prompt for t in turns], s.max_prompt_tokens)
+        prompts = turns_prompt_ids(self.tokenizer, turns, s.max_prompt_tokens)
         device = next(self.model.parameters()).device
         return self._generate(prompts, max(len(p) for p in prompts), device)
 

@@ -36,11 +36,10 @@ from agentrl.rollout.collector import (
     _episodes,
     _reset,
     _row,
-    _turn,
+    _turns,
     _with_outcomes,
-    reply_format_of,
 )
-from agentrl.rollout.parsing import action_for_env, parse_reply
+from agentrl.rollout.dialects import make_dialect
 
 # after the first answer, the loop waits for more before it generates: at least LINGER_S, at most LINGER_SHARE of the
 # last generation's time (see the module docstring)
@@ -108,11 +107,11 @@ def collect_ready(
             f"rollout_seed); {type(policy).__name__} has none: use rollout.turns=lockstep"
         )
     limit = max_steps or suite.max_steps
-    reply_format = reply_format_of(suite)
+    dialect = make_dialect(prompt, suite, policy)
     own_pool = pool is None
     if pool is None:
         pool = InlinePool(suite.make_env)
-    episodes = _episodes(tasks, group_size, prompt.history_length)
+    episodes = _episodes(tasks, group_size, dialect)
     by_slot = {ep.index: ep for ep in episodes}
     played = {ep.index: 0 for ep in episodes}  # turns each episode has played
     rows = []
@@ -127,15 +126,14 @@ def collect_ready(
             if ready and not stopped and not edges.lead(max(played[ep.index] for ep in ready)):
                 stopped = True  # the ranks agree to play no more: the steps in flight still count
             if ready and not stopped:
-                turns = [_turn(ep, prompt, played[ep.index], reply_format) for ep in ready]
+                ready, turns = _turns(ready, dialect, [played[ep.index] for ep in ready])
                 started = time.monotonic()
                 replies = act_keyed(turns, [turn_key(seed, ep.index, played[ep.index]) for ep in ready])
                 generation_s = time.monotonic() - started
-                parsed = [parse_reply(reply.text, reply_format) for reply in replies]
-                actions = [action_for_env(reply.text, p, reply_format) for reply, p in zip(replies, parsed)]
-                for ep, turn, reply, p, action in zip(ready, turns, replies, parsed, actions):
-                    waiting[ep.index] = (turn, reply, p, action)
-                pool.submit([(ep.index, action) for ep, action in zip(ready, actions)])
+                readings = [dialect.read(turn, reply) for turn, reply in zip(turns, replies)]
+                for ep, turn, reply, reading in zip(ready, turns, replies, readings):
+                    waiting[ep.index] = (turn, reply, reading)
+                pool.submit([(ep.index, reading.action) for ep, reading in zip(ready, readings)])
             ready = []
             if not waiting:
                 break
@@ -144,11 +142,12 @@ def collect_ready(
             while pool.in_flight and (left := until - time.monotonic()) > 0:
                 answers += pool.take(timeout=left)  # the steps that answer meanwhile join the same generation
             for slot, outcome in answers:
-                ep, (turn, reply, p, action) = by_slot[slot], waiting.pop(slot)
+                ep, (turn, reply, reading) = by_slot[slot], waiting.pop(slot)
                 t = played[slot]
-                row = _row(ep, turn, reply, p, outcome, t)
+                row = _row(ep, turn, reply, reading.valid, outcome, t)
                 rows.append(row)
-                _advance(ep, row, action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
+                _advance(ep, row, reading.action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
+                dialect.advance(ep.conv, turn, reply, reading, outcome)
                 played[slot] = t + 1
                 if not ep.done:
                     ready.append(ep)

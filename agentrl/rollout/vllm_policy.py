@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from agentrl.rollout.collector import Reply, Turn
-from agentrl.rollout.policies import SamplingSpec, _cut_at_eos, chat_prompt_ids, chat_prompts_ids
+from agentrl.rollout.policies import SamplingSpec, _cut_at_eos, chat_prompt_ids, turns_prompt_ids
 
 
 class World(Protocol):
@@ -82,7 +82,7 @@ class TrainerVLLMPolicy:
 
     def act(self, turns: list[Turn]) -> list[Reply]:
         s = self.sampling
-        prompts = chat_prompts_ids(self.tokenizer, [t.prompt for t in turns], s.max_prompt_tokens)
+        prompts = turns_prompt_ids(self.tokenizer, turns, s.max_prompt_tokens)
         count = self.world.max_int(len(prompts)) if self.world.size > 1 else len(prompts)
         if count == 0:
             return []  # no rank has a prompt (or a single rank has none): every rank skips the same call
@@ -199,7 +199,7 @@ class VLLMEvalPolicy:
     def act(self, turns: list[Turn]) -> list[Reply]:
         if not turns:
             return []
-        prompts = chat_prompts_ids(self.tokenizer, [t.prompt for t in turns], self.sampling.max_prompt_tokens)
+        prompts = turns_prompt_ids(self.tokenizer, turns, self.sampling.max_prompt_tokens)
         outputs = self.llm.generate(
             [{"prompt_token_ids": p} for p in prompts], sampling_params=self.params, use_tqdm=False
         )

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentrl.rollout.collector import Reply, Turn
-from agentrl.rollout.policies import SamplingSpec, chat_prompts_ids
+from agentrl.rollout.policies import SamplingSpec, turns_prompt_ids
 from agentrl.rollout.ready_turns import turn_key
 from agentrl.rollout.vllm_policy import _eos_ids, reply_of_output
 
@@ -67,7 +67,7 @@ class SeededVLLMPolicy:
     def act(self, turns: list[Turn]) -> list[Reply]:
         if not turns:
             return []
-        prompts = chat_prompts_ids(self.tokenizer, [t.prompt for t in turns], self.max_prompt_tokens)
+        prompts = turns_prompt_ids(self.tokenizer, turns, self.max_prompt_tokens)
         params = [self.make_params(**self.sampling, seed=self.row_seed(turn)) for turn in turns]
         outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], sampling_params=params, use_tqdm=False)
         return [reply_of_output(self.tokenizer, p, output, self.eos_token_ids) for p, output in zip(prompts, outputs)]

@@ -1,0 +1,144 @@
+"""The embedded tiny model on the tool-calling route (env=tools): the build of agentrl/models/tiny.py with a chat
+template that shows tools, and a warm-up on the environment's expert episodes.
+
+Only env=tools builds this way, so household's build, and the shipped one, stay as they are. What differs:
+- the chat template is Qwen2.5's tool template, as TRL ships it (TRL's response parser knows it by its text);
+- ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>``, ``<tools>`` and ``</tools>`` are
+  added tokens beside ChatML's, so a call opens with one id;
+- the BPE tokenizer is trained on the demonstration conversations rendered by that template, tools included;
+- the warm-up pairs are ids, as a rollout makes them (agentrl/rollout/chat_tools.py): a turn's prompt ids are the
+  conversation so far, its reply the expert's reply and the end-of-turn id. The demonstrations are the
+  environment's expert (`env.expert`): there is no list of actions for a random policy to draw from.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>", "<tools>", "</tools>"]
+# Episodes of expert play the build learns from (each a few turns), unless model.tiny.demo_turns says otherwise.
+DEMO_EPISODES = 1500
+
+
+def build_tool_tokenizer(texts: list[str], vocab_size: int):
+    """tiny.py's byte-level BPE tokenizer, trained on rendered conversations, with the tool tokens added and
+    Qwen2.5's tool template as its chat template."""
+    from agentrl.models.tiny import build_tokenizer
+    from agentrl.rollout.chat_tools import qwen_tool_template
+
+    tokenizer = build_tokenizer(texts, vocab_size)
+    tokenizer.add_tokens(TOOL_TOKENS)
+    tokenizer.chat_template = qwen_tool_template()
+    return tokenizer
+
+
+class _ExpertWithIds:
+    """The expert's replies with the ids a rollout would sample: its text's ids and the end-of-turn id."""
+
+    def __init__(self, expert, tokenizer):
+        self.expert, self.tokenizer = expert, tokenizer
+
+    def act(self, turns):
+        replies = self.expert.act(turns)
+        for turn, reply in zip(turns, replies):
+            reply.prompt_ids = turn.prompt_ids
+            reply.completion_ids = self.tokenizer(reply.text, add_special_tokens=False)["input_ids"] + [
+                self.tokenizer.eos_token_id
+            ]
+        return replies
+
+
+def _expert_play(suite, env_cfg: Any, tasks, tokenizer=None):
+    """The expert's episodes on `tasks` through the collector: with a tokenizer, rows of ids as a rollout writes
+    them (agentrl/rollout/chat_tools.py); without, the conversations as text."""
+    from agentrl.envs.workers import make_pool
+    from agentrl.progress import Phase
+    from agentrl.rollout.collector import PromptSpec, collect
+    from agentrl.rollout.demonstrations import ExpertPolicy
+
+    policy = ExpertPolicy(suite) if tokenizer is None else _ExpertWithIds(ExpertPolicy(suite), tokenizer)
+    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length, tokenizer=tokenizer, max_prompt_tokens=10**9)
+    doing = "tiny model: the expert's tool calls" + (" as ids" if tokenizer is not None else "")
+    with (
+        make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
+        Phase(f"{doing} ({len(tasks)} episodes in lockstep), turn", suite.max_steps) as phase,
+    ):
+        return collect(suite, tasks, 1, policy, spec, pool=pool, on_turn=phase.reach)
+
+
+def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
+    """Build, warm up and save the tiny model of a tool-calling environment into `out_dir` (the module docstring)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from agentrl.envs.base import has_expert, within_split
+    from agentrl.envs.registry import make_suite
+    from agentrl.errors import UserError
+    from agentrl.models.tiny import warm_up
+
+    torch.manual_seed(tiny_cfg.seed)
+    started = time.time()
+    episodes = tiny_cfg.demo_turns or DEMO_EPISODES
+    log.info(
+        "building the tiny model in %s first (first use; cached afterwards): %d episodes of the expert's tool calls, "
+        "then up to %d warm-up steps",
+        out_dir.parent,
+        episodes,
+        tiny_cfg.warmup_steps,
+    )
+    suite = make_suite(env_cfg, faults=False)
+    if not has_expert(suite):
+        raise UserError(
+            "model=tiny on env=tools warms up on the environment's expert: set env.expert=MODULE:FUNCTION, or use a "
+            "pretrained model= (agentrl models list)"
+        )
+    first = 1_000_000 + tiny_cfg.seed * 10_000
+    tasks = [suite.task("train", within_split(suite, "train", first + i)) for i in range(episodes)]
+    text = _expert_play(suite, env_cfg, tasks)
+    tokenizer = build_tool_tokenizer(list(text.prompt) + list(text.completion), tiny_cfg.vocab_size)
+    played = _expert_play(suite, env_cfg, tasks, tokenizer)
+    pairs = [
+        (p + c, [0] * len(p) + [1] * len(c))
+        for p, c, won in zip(played.prompt_ids, played.completion_ids, played.won)
+        if won
+    ]
+    if not pairs:
+        raise UserError("the expert (env.expert) won no episode: the tiny model has nothing to warm up on")
+    heads = tiny_cfg.num_heads
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=tiny_cfg.hidden_size,
+        intermediate_size=tiny_cfg.intermediate_size,
+        num_hidden_layers=tiny_cfg.num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=tiny_cfg.num_kv_heads or heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
+    out_dir.mkdir(parents=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    report = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "warmup_steps": len(losses),
+        "warmup_final_loss": losses[-1] if losses else None,
+        "demonstration_pairs": len(pairs),
+        "longest_pair_tokens": max(len(ids) for ids, _ in pairs),
+        "build_seconds": round(time.time() - started, 1),
+    }
+    (out_dir / "warmup.json").write_text(json.dumps(report, indent=2))
+    log.info("tiny tool model ready: %s", report)

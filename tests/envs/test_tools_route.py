@@ -1,0 +1,197 @@
+"""env=tools: TRL-style tool environments, the chat-template dialect, and faults that stay the model's
+(agentrl/envs/tools_env.py, agentrl/rollout/chat_tools.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from omegaconf import OmegaConf
+
+from agentrl.config.envs import ToolsEnvConfig
+from agentrl.envs.tools_suite import build
+from agentrl.errors import UserError
+from agentrl.rollout.collector import PromptSpec, Reply, collect
+
+COUNTER = "tests.envs.toy_tools:Counter"
+
+
+def env_cfg(**overrides):
+    base = {"factory": COUNTER, "prompt": "Count.", "expert": "tests.envs.toy_tools:expert", "tool_timeout_s": 0.3}
+    return OmegaConf.merge(OmegaConf.structured(ToolsEnvConfig), {**base, **overrides})
+
+
+@pytest.fixture(scope="module")
+def suite():
+    return build(env_cfg(tools=["tests.envs.toy_tools:shout"]))
+
+
+@pytest.fixture(scope="module")
+def tokenizer(suite):
+    """A small tool tokenizer (tiny_tools' recipe) trained on the expert's rendered conversations."""
+    from agentrl.models.tiny_tools import _expert_play, build_tool_tokenizer
+
+    played = _expert_play(suite, env_cfg(), [suite.task("train", i) for i in range(8)])
+    return build_tool_tokenizer(list(played.prompt) + list(played.completion) + ["Error: unknown tool"], 400)
+
+
+class Scripted:
+    """Replies given per turn as text; ids as a sampling policy gives them (the text's ids, then the end id unless
+    `cut`). It records the prompt ids each turn offered."""
+
+    def __init__(self, tokenizer, replies: list[str], cut: tuple[int, ...] = ()):
+        self.tokenizer, self.replies, self.cut, self.seen = tokenizer, replies, cut, []
+
+    def act(self, turns):
+        out = []
+        for turn in turns:
+            text = self.replies[min(turn.step, len(self.replies) - 1)]
+            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            if turn.step not in self.cut:
+                ids = ids + [self.tokenizer.eos_token_id]
+            self.seen.append(list(turn.prompt_ids))
+            out.append(Reply(text=text, prompt_ids=list(turn.prompt_ids), completion_ids=ids))
+        return out
+
+
+def call(name: str, **arguments) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def play(suite, tokenizer, replies, cut=(), max_prompt_tokens=4096):
+    policy = Scripted(tokenizer, replies, cut)
+    spec = PromptSpec("generic", 0, tokenizer=tokenizer, max_prompt_tokens=max_prompt_tokens)
+    return collect(suite, [suite.task("train", 1)], 1, policy, spec, keep_transcripts=True), policy
+
+
+def test_a_trl_class_is_a_suite_with_its_public_methods_and_tools_as_tools(suite):
+    names = [s["function"]["name"] for s in suite.tool_schemas]
+    assert sorted(names) == ["add", "explode", "shout", "wait"]  # not reset, get_reward, nor private ones
+    assert suite.task("train", 0).seed != suite.task("eval_in_distribution", 0).seed  # held-out seeds are others
+
+
+def test_turns_append_sampled_ids_and_tool_suffix_never_re_rendered(suite, tokenizer):
+    batch, policy = play(suite, tokenizer, [call("add", amount=1), call("add", amount=2), "done"])
+    assert len(batch) == 3 and batch.valid == [True, True, True]
+    for t in range(2):  # turn t+1's prompt = turn t's prompt ids + the sampled ids + the tool message's suffix
+        head = batch.prompt_ids[t] + batch.completion_ids[t]
+        assert batch.prompt_ids[t + 1][: len(head)] == head
+        suffix = tokenizer.decode(batch.prompt_ids[t + 1][len(head) :])
+        assert "<tool_response>" in suffix and str(t * 2 + 1) in suffix
+    assert batch.prompt_ids == policy.seen  # rows hold the ids the policy was given, exactly
+    first = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Count. Reach 3."}],
+        tools=suite.tool_schemas,
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert batch.prompt_ids[0] == tokenizer(first, add_special_tokens=False)["input_ids"]
+    assert batch.reward == [0.0, 0.0, 1.0] and batch.episodes[0].won  # get_reward on the final answer
+    assert batch.episodes[0].counts == {"tool_calls": 2}
+
+
+@pytest.mark.parametrize(
+    ("reply", "kind", "says"),
+    [
+        ('<tool_call>\n{"name": "add", "arguments": {"amount": 1}\n</tool_call>', "invalid_json", "not valid JSON"),
+        (call("subtract", amount=1), "unknown_tool", "unknown tool 'subtract'"),
+        (call("add"), "bad_arguments", "missing a required argument"),
+        (call("add", amount=1, extra=2), "bad_arguments", "unexpected keyword argument"),
+        (call("add", amount="one"), "bad_arguments", "must be integer, not str"),
+        (call("explode", reason="x"), "tool_raised", "boom: x"),
+        (call("wait", seconds=2.0), "timeout", "ran past 0.3 s"),
+    ],
+)
+def test_each_fault_goes_back_to_the_model_and_the_episode_goes_on(suite, tokenizer, reply, kind, says):
+    batch, _ = play(suite, tokenizer, [reply, call("add", amount=3), "done"])
+    assert len(batch) == 3 and batch.episodes[0].won and batch.episodes[0].fault is None
+    suffix = tokenizer.decode(batch.prompt_ids[1][len(batch.prompt_ids[0]) + len(batch.completion_ids[0]) :])
+    assert "Error" in suffix and says in suffix
+    assert batch.episodes[0].counts[f"tool_errors/{kind}"] == 1
+    assert batch.valid[0] == (kind != "invalid_json")  # a broken call is a malformed reply; the others are well formed
+
+
+def test_a_reply_cut_inside_a_call_is_invalid_and_never_a_final_answer(suite, tokenizer):
+    batch, _ = play(suite, tokenizer, ['<tool_call>\n{"name": "add", "argu', call("add", amount=3), "done"], cut=(0,))
+    assert batch.valid[:2] == [False, True] and len(batch) == 3
+    assert batch.episodes[0].counts["tool_errors/cut_off"] == 1
+    # the end-of-turn id the reply lacked is in the next prompt, never in a completion
+    head = batch.prompt_ids[0] + batch.completion_ids[0]
+    assert batch.prompt_ids[1][len(head)] == tokenizer.eos_token_id
+
+
+def test_a_conversation_at_its_token_budget_ends_as_truncated(suite, tokenizer):
+    batch, _ = play(suite, tokenizer, [call("add", amount=1)] * 8, max_prompt_tokens=0)
+    assert len(batch) == 0 and batch.episodes[0].counts == {"truncated": 1}
+    short = len(play(suite, tokenizer, ["done"])[0].prompt_ids[0])
+    batch, _ = play(suite, tokenizer, [call("add", amount=1)] * 8, max_prompt_tokens=short + 30)
+    assert 1 <= len(batch) < 8 and batch.episodes[0].counts["truncated"] == 1
+
+
+def test_global_random_is_the_episode_own_and_replays(suite):
+    first, second = suite.make_env(), suite.make_env()
+    first.reset(suite.task("train", 4))
+    second.reset(suite.task("train", 4))
+    assert first.instance.noise == second.instance.noise
+    third = suite.make_env()
+    third.reset(suite.task("train", 5))
+    assert third.instance.noise != first.instance.noise
+
+
+def test_anchor_is_a_digest_of_the_calls_so_far(suite):
+    env = suite.make_env()
+    start = env.reset(suite.task("train", 1)).anchor()
+    after = env.step(json.dumps({"content": "", "tool_calls": [{"name": "add", "arguments": {"amount": 1}}]}))
+    assert after.observation.anchor() != start
+
+
+@pytest.mark.parametrize(
+    ("overrides", "says"),
+    [
+        ({"factory": "tests.envs.no_such_module:Env"}, "does not import"),
+        ({"factory": "tests.envs.toy_tools:NoReset"}, "without reset"),
+        ({"factory": "tests.envs.toy_tools:Undocumented"}, "cannot be described"),
+        ({"reward_funcs": ["tests.envs.toy_tools:wrong_reward"]}, "as TRL calls a reward function"),
+        ({"prompt": None}, "needs its tasks"),
+    ],
+)
+def test_bad_input_is_one_line_at_build(overrides, says):
+    with pytest.raises(UserError, match=says) as caught:
+        build(env_cfg(**overrides))
+    assert "\n" not in str(caught.value)
+
+
+def test_tasks_from_a_jsonl_dataset_hold_rows_out(tmp_path):
+    rows = [{"prompt": [{"role": "user", "content": "Count."}], "seed": i} for i in range(10)]
+    (tmp_path / "tasks.jsonl").write_text("\n".join(json.dumps(r) for r in rows))
+    suite = build(env_cfg(prompt=None, dataset=str(tmp_path / "tasks.jsonl"), eval_rows=3))
+    train = {suite.task("train", i).task_id.split("/")[1] for i in range(7)}
+    held_out = {suite.task("eval_in_distribution", i).task_id.split("/")[1] for i in range(3)}
+    assert len(train) == 7 and len(held_out) == 3 and not train & held_out
+    env = suite.make_env()
+    first = env.reset(suite.task("train", 0))
+    assert first.messages[-1]["content"].startswith("Count. Reach")  # reset got the row's columns (seed)
+
+
+@pytest.mark.slow  # about a minute on 2 busy cores: the CLI's start, the tiny model's build, two iterations
+def test_the_route_trains_end_to_end_on_the_tiny_model(run_cli, tmp_path):
+    """`agentrl train env=tools` on the calculator example: the tiny model built from the expert, two iterations,
+    the tool metrics logged."""
+    result = run_cli(
+        "train",
+        "env=tools",
+        "env.factory=agentrl.examples.calculator:CalculatorEnv",
+        "env.reward_funcs=[agentrl.examples.calculator:correct_answer]",
+        "env.prompt=Compute with the calculate tool.",
+        "env.expert=agentrl.examples.calculator:expert",
+        "+debug=fast",
+        "model.tiny.warmup_steps=3",
+        "model.tiny.warmup_batch_size=4",
+        "model.tiny.demo_turns=40",
+        f"hydra.run.dir={tmp_path / 'run'}",
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    last = [r for r in records if "rollout/rows" in r][-1]
+    assert last["rollout/rows"] > 0 and 0.0 <= last["rollout/invalid_rate"] <= 1.0
+    assert (tmp_path / "run" / "checkpoints" / "last").exists()
