@@ -154,15 +154,17 @@ class ToolEnv:
         if named:
             assistant["tool_calls"] = [{"type": "function", "function": dict(c)} for c in named]
         self.completion.append(assistant)
+        # both counts on every step, zero included: every iteration of this route logs rollout/tool_calls and
+        # rollout/tool_errors; the kinds (tool_errors/<kind>) where they occur
+        counts = {"tool_calls": len(calls), "tool_errors": 0}
         if not calls:
-            return self._finish(content, {})
-        counts = {"tool_calls": len(calls)}
+            return self._finish(content, counts)
         results = []
         for call in calls:
             message, kind = self._run(call)
             results.append(message)
             if kind is not None:
-                counts["tool_errors"] = counts.get("tool_errors", 0) + 1
+                counts["tool_errors"] += 1
                 counts[f"tool_errors/{kind}"] = counts.get(f"tool_errors/{kind}", 0) + 1
         self.completion += results
         self._calls += [{"name": c.get("name"), "arguments": c.get("arguments")} for c in calls]
@@ -176,7 +178,7 @@ class ToolEnv:
             messages=results,
             counts=counts,
         )
-        return Step(observation, 0.0, False, False, "tool_errors" not in counts)
+        return Step(observation, 0.0, False, False, counts["tool_errors"] == 0)
 
     def _run(self, call: dict) -> tuple[dict, str | None]:
         """The tool message answering one call, and the kind of its error (None where the tool ran)."""
@@ -230,9 +232,9 @@ class ToolEnv:
             task_description=str(self.prompt[-1]["content"]),
             anchor_key=self._anchor(),
             messages=[],
-            counts=counts or None,
+            counts=counts,
         )
-        return Step(observation, float(reward), True, bool(won), "tool_errors" not in counts)
+        return Step(observation, float(reward), True, bool(won), counts["tool_errors"] == 0)
 
     def _reward(self) -> float:
         total = 0.0

@@ -87,7 +87,7 @@ def test_turns_append_sampled_ids_and_tool_suffix_never_re_rendered(suite, token
     )
     assert batch.prompt_ids[0] == tokenizer(first, add_special_tokens=False)["input_ids"]
     assert batch.reward == [0.0, 0.0, 1.0] and batch.episodes[0].won  # get_reward on the final answer
-    assert batch.episodes[0].counts == {"tool_calls": 2}
+    assert batch.episodes[0].counts == {"tool_calls": 2, "tool_errors": 0}
 
 
 @pytest.mark.parametrize(
@@ -173,25 +173,46 @@ def test_tasks_from_a_jsonl_dataset_hold_rows_out(tmp_path):
     assert first.messages[-1]["content"].startswith("Count. Reach")  # reset got the row's columns (seed)
 
 
-@pytest.mark.slow  # about a minute on 2 busy cores: the CLI's start, the tiny model's build, two iterations
-def test_the_route_trains_end_to_end_on_the_tiny_model(run_cli, tmp_path):
-    """`agentrl train env=tools` on the calculator example: the tiny model built from the expert, two iterations,
-    the tool metrics logged."""
+CALCULATOR = [
+    "env=tools",
+    "env.factory=agentrl.examples.calculator:CalculatorEnv",
+    "env.reward_funcs=[agentrl.examples.calculator:correct_answer]",
+    "env.prompt=Compute with the calculate tool.",
+    "env.expert=agentrl.examples.calculator:expert",
+]
+# the tiny model's products are too small for a second thread to pay, and on a shared machine two threads wait on
+# each other: one thread runs the CLI tests of this route in seconds
+ONE_THREAD = {"OMP_NUM_THREADS": "1"}
+
+
+def test_tiny_on_tools_replies_long_enough_for_a_call_and_debug_fast_builds_small(hydra_conf):
+    from hydra import compose
+
+    from agentrl.config.typed import typed
+
+    full = typed(compose(config_name="train", overrides=CALCULATOR))
+    assert full.rollout.max_new_tokens == 48 and full.env.max_steps == 8 and full.model.tiny.demo_turns is None
+    fast = typed(compose(config_name="train", overrides=[*CALCULATOR, "+debug=fast"]))
+    assert fast.rollout.max_new_tokens == 48 and fast.env.max_steps == 4
+    assert fast.model.tiny.demo_turns == 40 and fast.model.tiny.warmup_batch_size == 4
+    given = typed(compose(config_name="train", overrides=[*CALCULATOR, "+debug=fast", "rollout.max_new_tokens=20"]))
+    assert given.rollout.max_new_tokens == 20  # the command line still wins
+    household = typed(compose(config_name="train", overrides=["+debug=fast"]))
+    assert household.rollout.max_new_tokens == 16 and household.model.tiny.demo_turns is None  # nothing else changes
+
+
+def test_the_route_trains_end_to_end_on_the_tiny_model(run_cli, cache_dir, tmp_path):
+    """`agentrl train env=tools +debug=fast` on the calculator example: the tiny model built from 40 expert
+    episodes, two iterations and two evaluations, the tool metrics logged, a checkpoint saved."""
     result = run_cli(
-        "train",
-        "env=tools",
-        "env.factory=agentrl.examples.calculator:CalculatorEnv",
-        "env.reward_funcs=[agentrl.examples.calculator:correct_answer]",
-        "env.prompt=Compute with the calculate tool.",
-        "env.expert=agentrl.examples.calculator:expert",
-        "+debug=fast",
-        "model.tiny.warmup_steps=3",
-        "model.tiny.warmup_batch_size=4",
-        "model.tiny.demo_turns=40",
-        f"hydra.run.dir={tmp_path / 'run'}",
+        "train", *CALCULATOR, "+debug=fast", "logger=none", f"hydra.run.dir={tmp_path / 'run'}", env=ONE_THREAD
     )
     assert result.returncode == 0, result.stderr[-2000:]
+    built = [json.loads(p.read_text()) for p in cache_dir.glob("tiny/tools-*/warmup.json")]
+    assert built and built[0]["demonstration_pairs"] == 80  # 40 won expert episodes of two turns: call, answer
     records = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    last = [r for r in records if "rollout/rows" in r][-1]
-    assert last["rollout/rows"] > 0 and 0.0 <= last["rollout/invalid_rate"] <= 1.0
+    trained = [r for r in records if "rollout/rows" in r]
+    assert [r["iteration"] for r in trained] == [1, 2] and all(r["rollout/rows"] >= 4 for r in trained)
+    assert all(0.0 <= r["rollout/invalid_rate"] <= 1.0 and "rollout/tool_calls" in r for r in trained)
+    assert [r["iteration"] for r in records if "eval/success" in r] == [0, 2]
     assert (tmp_path / "run" / "checkpoints" / "last").exists()
