@@ -5,14 +5,22 @@ that reads the environment's score.
 
     agentrl train env=tools env.factory=agentrl.examples.game_2048:Game2048 \\
         env.reward_funcs=[agentrl.examples.game_2048:reward_score] env.prompt="Play 2048 with the move tool." \\
-        env.max_steps=10 env.success_reward=32
+        env.expert=agentrl.examples.game_2048:expert env.max_steps=8 env.success_reward=16 \\
+        rollout.max_prompt_tokens=1024
+
+Eight turns of boards take about 730 of the tiny model's ids: with the tiny model's 512, a conversation would
+reach its budget and end before the game is scored.
 """
 
 from __future__ import annotations
 
+import copy
 import random
 
 SIZE = 4
+DIRECTIONS = ("left", "up", "right", "down")
+# the expert's turns, its final answer included: env.max_steps' default (a task column max_turns sets others)
+EXPERT_TURNS = 8
 
 
 def _slide(row: list[int]) -> tuple[list[int], int]:
@@ -62,20 +70,24 @@ class Game2048:
             raise ValueError("Game over.")
         if direction not in ("up", "down", "left", "right"):
             raise ValueError(f"direction must be up, down, left or right, not {direction!r}")
-        rows = self._rows(direction)
-        moved = []
-        for row in rows:
-            slid, points = _slide(row)
-            self.score += points
-            moved.append(slid)
-        before = [r[:] for r in self.board]
-        self._set_rows(direction, moved)
-        if self.board != before:
+        board, points = self._moved(direction)
+        self.score += points
+        if board != self.board:
+            self.board = board
             self._add_tile()
         if not self._can_move():
             self.done = True
             return self._render() + "\nGame over."
         return self._render()
+
+    def _moved(self, direction: str) -> tuple[list[list[int]], int]:
+        """The board after sliding it one way (before the new tile), and the points its merges make."""
+        moved, total = [], 0
+        for row in self._rows(direction):
+            slid, points = _slide(row)
+            total += points
+            moved.append(slid)
+        return self._from_rows(direction, moved), total
 
     def _rows(self, direction: str) -> list[list[int]]:
         b = self.board
@@ -86,14 +98,13 @@ class Game2048:
         columns = [[b[i][j] for i in range(SIZE)] for j in range(SIZE)]
         return columns if direction == "up" else [c[::-1] for c in columns]
 
-    def _set_rows(self, direction: str, rows: list[list[int]]) -> None:
+    def _from_rows(self, direction: str, rows: list[list[int]]) -> list[list[int]]:
         if direction == "left":
-            self.board = rows
-        elif direction == "right":
-            self.board = [r[::-1] for r in rows]
-        else:
-            columns = rows if direction == "up" else [c[::-1] for c in rows]
-            self.board = [[columns[j][i] for j in range(SIZE)] for i in range(SIZE)]
+            return rows
+        if direction == "right":
+            return [r[::-1] for r in rows]
+        columns = rows if direction == "up" else [c[::-1] for c in rows]
+        return [[columns[j][i] for j in range(SIZE)] for i in range(SIZE)]
 
     def _add_tile(self) -> None:
         empty = [(i, j) for i in range(SIZE) for j in range(SIZE) if not self.board[i][j]]
@@ -118,3 +129,21 @@ class Game2048:
 def reward_score(environments, **kwargs) -> list[float]:
     """TRL's reward-function signature: each game's score."""
     return [float(env.score) for env in environments]
+
+
+def expert(env: Game2048, **columns) -> list:
+    """Greedy play (agentrl's `env.expert`, for `agentrl sft` and the tiny model's warm-up): each turn the move whose
+    merges make the most points, among those that change the board (ties in DIRECTIONS' order), until one turn is
+    left of `max_turns`, then the score as the final answer. It plays a copy of the game: agentrl gives the expert
+    the episode's own `random` stream and puts it back afterwards, so the same tiles fall when the moves replay."""
+    game = copy.deepcopy(env)
+    plan: list = []
+    for _ in range(int(columns.get("max_turns", EXPERT_TURNS)) - 1):
+        moves = [(game._moved(d), d) for d in DIRECTIONS]
+        changing = [(points, -i, d) for i, ((board, points), d) in enumerate(moves) if board != game.board]
+        if game.done or not changing:
+            break
+        direction = max(changing)[2]
+        game.move(direction)
+        plan.append({"name": "move", "arguments": {"direction": direction}})
+    return [*plan, f"Score: {game.score}"]

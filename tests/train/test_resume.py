@@ -15,6 +15,19 @@ from tests.conftest import cli_env, records_by_iteration
 
 pytestmark = pytest.mark.slow
 
+GAME_2048 = [
+    "env=tools",
+    "env.factory=agentrl.examples.game_2048:Game2048",
+    "env.reward_funcs=[agentrl.examples.game_2048:reward_score]",
+    "env.prompt=Play 2048 with the move tool.",
+    "env.expert=agentrl.examples.game_2048:expert",
+    "env.max_steps=8",
+    "env.success_reward=16",
+    # a build that moves (+debug=fast's 30 warm-up steps write broken calls, and no tile falls), and room in the
+    # prompt for 8 turns of boards: the episodes are scored, and the tiles' draws reach the metrics
+    "model.tiny.warmup_steps=150",
+    "rollout.max_prompt_tokens=1024",
+]
 ALGORITHMS = {
     "grpo": ["+algo=grpo"],
     "gigpo": ["+algo=gigpo"],
@@ -25,6 +38,9 @@ ALGORITHMS = {
     # rows generated ahead: the checkpoint holds the jobs not yet trained on (rows, or tasks and weights)
     "gigpo-staleness-1": ["+algo=gigpo", "rollout.max_staleness=1"],
     "arpo-staleness-2": ["+algo=arpo", "trainer.task_pool=2", "rollout.max_staleness=2"],
+    # the tool-calling route on TRL's 2048 shape (its tiles fall from python's global random, unseeded), GiGPO's
+    # anchors on its boards, and rows generated ahead
+    "tools-2048-gigpo-staleness-1": [*GAME_2048, "+algo=gigpo", "rollout.max_staleness=1"],
 }
 COMMON = ["+debug=fast", "trainer.iterations=6", "trainer.save_every=2", "trainer.eval_every=0", "trainer.keep_last=5"]
 
