@@ -22,7 +22,13 @@ from agentrl.report.compare import (
     write_report_json,
 )
 from agentrl.report.plot import plot_curves
-from agentrl.report.tables import failed_lines, format_to_threshold, render_agent_table, render_table
+from agentrl.report.tables import (
+    failed_lines,
+    format_to_threshold,
+    render_agent_table,
+    render_table,
+    render_tool_table,
+)
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -408,3 +414,40 @@ def test_a_run_whose_lock_is_held_by_a_live_process_is_running(tmp_path):
     run = make_run(tmp_path / "live", ["seed=0"], {0: 0.0}, iterations=3)
     (run / LOCK).write_text(json.dumps({"pid": os.getpid(), "host": socket.gethostname()}))
     assert load_run(run, tmp_path).status["status"] == "running"
+
+
+def test_a_tool_run_counts_its_tool_use(tmp_path):
+    """env=tools: calls and errors summed over each run's iterations, errors by kind (a kind a run never met counts
+    0 there), errors over calls and turns per episode; mean ± std over seeds, in report.json and a third table."""
+    logged = {
+        0: [{"rollout/tool_calls": 4.0, "rollout/tool_errors": 2.0, "rollout/tool_errors/invalid_json": 2.0}] * 2,
+        1: [
+            {"rollout/tool_calls": 6.0, "rollout/tool_errors": 0.0},
+            {"rollout/tool_calls": 2.0, "rollout/tool_errors": 1.0, "rollout/tool_errors/timeout": 1.0},
+        ],
+    }
+    for seed, counts in logged.items():
+        run = make_run(tmp_path / f"s{seed}", ["env=tools", f"seed={seed}"], {0: 0.1, 2: 0.4})
+        records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for record, figures in zip(records[1:], counts):
+            record |= figures | {"rollout/episode_length": 2.0 + seed}
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = build_report(tmp_path)
+    [config] = report_dict(report)["configurations"]
+    use = config["tool_use"]
+    assert use["tool_calls"] == {"mean": pytest.approx(8.0), "std": pytest.approx(0.0)}
+    assert use["tool_errors"]["mean"] == pytest.approx(2.5)  # 4 and 1
+    assert use["tool_errors/invalid_json"]["mean"] == pytest.approx(2.0)  # 4 and 0
+    assert use["tool_errors/timeout"]["mean"] == pytest.approx(0.5)  # 0 and 1
+    assert use["error_share"]["mean"] == pytest.approx((4 / 8 + 1 / 8) / 2)
+    assert use["turns_per_episode"]["mean"] == pytest.approx(2.5)
+    console = Console(width=200, record=True)
+    console.print(render_tool_table(report))
+    text = console.export_text()
+    assert "8.000 ± 0.000" in text and "2.500 ± 2.121" in text and "invalid_json 2, timeout 0.5" in text
+
+
+def test_runs_without_tools_have_no_tool_table(sweep):
+    report = build_report(sweep)
+    assert render_tool_table(report) is None
+    assert all(c["tool_use"] == {} for c in report_dict(report)["configurations"])

@@ -273,6 +273,7 @@ def report(
         failed_lines,
         render_agent_table,
         render_table,
+        render_tool_table,
         unfinished_lines,
         warning_lines,
     )
@@ -288,6 +289,8 @@ def report(
         console.print(render_table(result))
         if (by_agent := render_agent_table(result)) is not None:
             console.print(by_agent)
+        if (tool_use := render_tool_table(result)) is not None:
+            console.print(tool_use)
         for line in unfinished_lines(result) + failed_lines(result) + warning_lines(result):
             typer.echo(line)
         typer.echo(f"numbers: {summary}")

@@ -169,7 +169,7 @@ class ToolEnv:
         self.completion += results
         self._calls += [{"name": c.get("name"), "arguments": c.get("arguments")} for c in calls]
         if self.steps >= self.settings.max_steps:
-            return self._finish(content, counts)
+            return self._finish(content, counts, results)
         observation = Observation(
             text="\n".join(m["content"] for m in results),
             admissible_actions=[],
@@ -214,8 +214,9 @@ class ToolEnv:
         with self.rng.active():
             return fn(**arguments)
 
-    def _finish(self, answer: str, counts: dict) -> Step:
-        """The episode's last step: its reward (get_reward and the reward functions) and success."""
+    def _finish(self, answer: str, counts: dict, results: list[dict] | None = None) -> Step:
+        """The episode's last step: its reward (get_reward and the reward functions) and success; `results`, the
+        tool messages of a last step that called tools (the episode's record keeps them)."""
         with self.rng.active():
             reward = self._reward()
         won = next(
@@ -231,7 +232,7 @@ class ToolEnv:
             admissible_actions=[],
             task_description=str(self.prompt[-1]["content"]),
             anchor_key=self._anchor(),
-            messages=[],
+            messages=list(results or []),
             counts=counts,
         )
         return Step(observation, float(reward), True, bool(won), counts["tool_errors"] == 0)

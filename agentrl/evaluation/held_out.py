@@ -333,6 +333,10 @@ def _write_results(out_dir: Path, protocol: dict, metrics: dict, batch: StepBatc
                             "length": e.length,
                             "fault": e.fault,
                             "turns": e.transcript,
+                            # env=tools: the conversation (the calls in the assistant's tool_calls, each result a
+                            # tool message) and the episode's tool counts (tool_calls, tool_errors/<kind>)
+                            **({"messages": e.messages} if e.messages is not None else {}),
+                            **({"counts": e.counts} if e.counts else {}),
                         }
                     )
                     + "\n"

@@ -10,7 +10,8 @@ so a seed that stopped early cuts it short; the band is the min..max over seeds 
 
 Where the runs logged the step-credit diagnostics (`credit/*`, agentrl/algos/credit_diagnostics.py), report.json
 gives their mean curves over seeds (`credit_curve`) and the plot draws them under the learning curves; a team's
-per-agent final success and invalid rate (`eval/agent/...`) are in report.json and a second table."""
+per-agent final success and invalid rate (`eval/agent/...`) are in report.json and a second table; a tool-calling
+run's tool use (`rollout/tool_calls`, `rollout/tool_errors/<kind>`, turns per episode) in report.json and a third."""
 
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ from agentrl import health, metrics_log, run_folder
 from agentrl.algos.credit_diagnostics import CREDIT_METRICS
 from agentrl.errors import UserError
 from agentrl.report.curves import write_file
+from agentrl.report.tool_use import tool_use
 
 DEFAULT_METRIC = "eval/success"
 METRICS = metrics_log.FILENAME
@@ -239,6 +241,10 @@ class ConfigSummary:
             a: {f: dict(zip(stats, mean_std(v))) for f, v in figures.items()} for a, figures in sorted(finals.items())
         }
 
+    def tool_use(self) -> dict[str, dict]:
+        """Tool use over the summarised seeds' rollouts (env=tools; agentrl/report/tool_use.py)."""
+        return tool_use([run.records for run in self.config.runs if run.name in self.curves.columns])
+
     def credit_curve(self, metric: str) -> dict[str, list]:
         """Another metric's mean over the summarised seeds that logged it, at the iterations all of them have
         a finite value (a null correlation drops its iteration); empty lists where none logged it."""
@@ -343,6 +349,7 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
             "curve": s.mean_curve(),
             "credit": {m: curve for m in CREDIT if (curve := s.credit_curve(m))["iteration"]},
             "by_agent": s.by_agent(),
+            "tool_use": s.tool_use(),
             "runs": [
                 {"path": r.run.name, "seed": r.run.seed, "status": r.run.status, "final": r.final, "best": r.best}
                 | {"iterations_to_threshold": r.to_threshold, "last_iteration": r.last_iteration}
@@ -359,6 +366,8 @@ def report_dict(report: Report, plot: Path | None = None) -> dict:
         "std": "sample standard deviation over seeds (ddof=1); null with one seed",
         "curve": "mean, min and max over seeds at the iterations all seeds logged (no interpolation)",
         "credit": "step-credit diagnostics (credit/*): mean over the seeds that logged them, at their common iterations",
+        "tool_use": "env=tools: rollout tool calls and errors (by kind) summed over each run's iterations, errors over "
+        "calls, mean turns per episode; mean and sample std over seeds",
         "shared_overrides": report.shared,
         "configurations": configs,
         "runs": report.counts(),

@@ -63,6 +63,35 @@ def render_agent_table(report: Report):
     return table
 
 
+def render_tool_table(report: Report):
+    """Tool use per configuration (env=tools): calls, errors and their share, the errors by kind, turns per episode
+    over the rollouts; None where no run called tools."""
+    from rich.table import Table
+    from rich.text import Text
+
+    rows = [(s.label, use) for s in report.configs if (use := s.tool_use())]
+    if not rows:
+        return None
+    table = Table(
+        title=f"{report.name}: tool use in the rollouts",
+        caption="per run, summed over its iterations; mean ± sample std over seeds",
+    )
+    for column in ("configuration", "tool calls", "tool errors", "error share", "errors by kind", "turns/episode"):
+        table.add_column(column, justify="left" if column in ("configuration", "errors by kind") else "right")
+    for label, use in rows:
+        kinds = ", ".join(
+            f"{name.removeprefix('tool_errors/')} {figures['mean']:g}"
+            for name, figures in use.items()
+            if name.startswith("tool_errors/") and figures["mean"]
+        )
+        figures = (use.get(name, {"mean": None, "std": None}) for name in ("tool_calls", "tool_errors", "error_share"))
+        turns = use.get("turns_per_episode", {"mean": None, "std": None})
+        table.add_row(
+            Text(label), *(_fmt_value(*f.values()) for f in figures), kinds or "-", _fmt_value(*turns.values())
+        )
+    return table
+
+
 def failed_lines(report: Report) -> list[str]:
     """One line per run that failed or logged no value of the metric."""
     header = [f"{len(report.failed)} run(s) failed or logged no {report.metric}:"] if report.failed else []

@@ -95,6 +95,8 @@ class EpisodeResult:
     # what the environment counted (Observation.counts: tool calls, tool errors by kind), and "truncated": an
     # episode ended because its conversation reached its token budget (env=tools)
     counts: dict[str, int] = field(default_factory=dict)
+    # the conversation as chat messages, where the dialect keeps one (env=tools) and transcripts are kept
+    messages: list[dict] | None = None
 
 
 def summarize(batch: StepBatch, prefix: str) -> dict[str, float]:

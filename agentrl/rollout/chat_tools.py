@@ -207,9 +207,9 @@ class ChatTools:
         return Reading(valid, encode_action(content, calls), completion_ids=ids)
 
     def advance(self, conv: Conversation, turn, reply, reading: Reading, outcome) -> None:
+        """The reply and the tool messages join the conversation (the last turn's too: `messages`); the next
+        prompt's ids follow where the episode goes on."""
         observation = getattr(outcome, "observation", None)
-        if getattr(outcome, "done", True) or observation is None:
-            return
         content, calls = decode_action(reading.action)
         assistant: dict[str, Any] = {"role": "assistant", "content": content}
         named = [c for c in calls if "name" in c and "error" not in c]
@@ -218,14 +218,17 @@ class ChatTools:
                 {"type": "function", "function": {"name": c["name"], "arguments": c.get("arguments") or {}}}
                 for c in named
             ]
-        tool_messages = list(observation.messages or [])
+        tool_messages = list(observation.messages or []) if observation is not None else []
         conv.messages += [assistant, *tool_messages]
-        if self.tokenizer is None:
+        if getattr(outcome, "done", True) or observation is None or self.tokenizer is None:
             return
         completion = list(reading.completion_ids or [])
         if not completion or completion[-1] != self.eos_id:
             completion.append(self.eos_id)  # a prompt token here: the turn ends where the template ends it
         conv.ids = list(turn.prompt_ids) + completion + self.suffix_ids(tool_messages)
+
+    def messages(self, conv: Conversation) -> list[dict]:
+        return [dict(m) for m in conv.messages]
 
     # ------------------------------------------------------------------ rendering
 

@@ -175,6 +175,8 @@ def collect(
     finally:
         if own_pool:
             pool.close()
+    if keep_transcripts:
+        _keep_messages(episodes, dialect)
     return _with_outcomes(batch, episodes)
 
 
@@ -190,6 +192,12 @@ def _reset(pool: EnvPool, episodes: list[_Episode]) -> None:
             _fault(ep, "reset", first.message)
         else:
             ep.observation = first
+
+
+def _keep_messages(episodes: list[_Episode], dialect: Dialect) -> None:
+    """Each episode's conversation as chat messages, where its dialect keeps one (the tool route)."""
+    for ep in episodes:
+        ep.result.messages = dialect.messages(ep.conv)
 
 
 def _with_outcomes(batch: StepBatch, episodes: list[_Episode]) -> StepBatch:

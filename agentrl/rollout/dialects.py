@@ -8,8 +8,9 @@
   family's own format.
 
 The collectors (collector.py, ready_turns.py) ask a dialect for each turn (`turn`), for what the environment
-receives from a reply (`read`), and to move the conversation on after the environment answered (`advance`); they
-never ask which dialect they hold. `make_dialect` picks one from the suite's ``reply_format``.
+receives from a reply (`read`), to move the conversation on after the environment answered (`advance`), and for
+an episode's conversation as chat messages where it is one (`messages`, which `agentrl eval` writes); they never
+ask which dialect they hold. `make_dialect` picks one from the suite's ``reply_format``.
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ class Dialect(Protocol):
     def read(self, turn: Turn, reply: Reply) -> Reading: ...
 
     def advance(self, conv: Any, turn: Turn, reply: Reply, reading: Reading, outcome: Step | EnvFault) -> None: ...
+
+    def messages(self, conv: Any) -> list[dict] | None: ...  # the conversation as chat messages, where it is one
 
 
 class TextDialect:
@@ -89,6 +92,9 @@ class TextDialect:
 
     def advance(self, conv: HistoryWindow, turn: Turn, reply: Reply, reading: Reading, outcome) -> None:
         conv.add(turn.observation.text, reading.action)
+
+    def messages(self, conv: HistoryWindow) -> None:
+        return None  # each prompt is written anew: the transcript's turns are the record
 
 
 def make_dialect(prompt: Any, suite: Any, policy: Any = None) -> Dialect:

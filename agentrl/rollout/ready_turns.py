@@ -34,6 +34,7 @@ from agentrl.rollout.collector import (
     _advance,
     _agreed,
     _episodes,
+    _keep_messages,
     _reset,
     _row,
     _turns,
@@ -167,4 +168,6 @@ def collect_ready(
     batch = StepBatch()
     for row in sorted(rows, key=lambda row: (row["step"], row["episode"])):  # lockstep's order
         batch.append(row)
+    if keep_transcripts:
+        _keep_messages(episodes, dialect)
     return _with_outcomes(batch, episodes)

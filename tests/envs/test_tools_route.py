@@ -128,6 +128,31 @@ def test_a_conversation_at_its_token_budget_ends_as_truncated(suite, tokenizer):
     assert 1 <= len(batch) < 8 and batch.episodes[0].counts["truncated"] == 1
 
 
+def test_an_episode_keeps_its_conversation_with_calls_results_and_final_answer(suite, tokenizer):
+    replies = [call("subtract", amount=1), call("add", amount=3), "done"]
+    policy = Scripted(tokenizer, replies)
+    spec = PromptSpec("generic", 0, tokenizer=tokenizer, max_prompt_tokens=4096)
+    [episode] = collect(suite, [suite.task("train", 1)], 1, policy, spec, keep_transcripts=True).episodes
+    roles = [m["role"] for m in episode.messages]
+    assert roles == ["user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert episode.messages[1]["tool_calls"][0]["function"] == {"name": "subtract", "arguments": {"amount": 1}}
+    assert "unknown tool 'subtract'" in episode.messages[2]["content"]
+    assert episode.messages[4] == {"role": "tool", "name": "add", "content": "3"}
+    assert episode.messages[5]["content"] == "done" and "tool_calls" not in episode.messages[5]
+    assert episode.counts == {"tool_calls": 2, "tool_errors": 1, "tool_errors/unknown_tool": 1}
+    training = collect(suite, [suite.task("train", 1)], 1, Scripted(tokenizer, replies), spec)
+    assert training.episodes[0].messages is None  # kept for evaluations, not for every rollout
+
+
+def test_the_last_turn_results_stay_in_the_conversation_at_max_steps(tokenizer):
+    capped = build(env_cfg(max_steps=2))
+    policy = Scripted(tokenizer, [call("add", amount=1)])
+    spec = PromptSpec("generic", 0, tokenizer=tokenizer, max_prompt_tokens=4096)
+    [episode] = collect(capped, [capped.task("train", 1)], 1, policy, spec, keep_transcripts=True).episodes
+    assert [m["role"] for m in episode.messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert episode.messages[-1]["content"] == "2" and episode.counts["tool_calls"] == 2
+
+
 def test_global_random_is_the_episode_own_and_replays(suite):
     first, second = suite.make_env(), suite.make_env()
     first.reset(suite.task("train", 4))
@@ -216,3 +241,16 @@ def test_the_route_trains_end_to_end_on_the_tiny_model(run_cli, cache_dir, tmp_p
     assert all(0.0 <= r["rollout/invalid_rate"] <= 1.0 and "rollout/tool_calls" in r for r in trained)
     assert [r["iteration"] for r in records if "eval/success" in r] == [0, 2]
     assert (tmp_path / "run" / "checkpoints" / "last").exists()
+
+    evaluated = run_cli(
+        "eval", str(tmp_path / "run"), "eval.num_tasks=2", f"hydra.run.dir={tmp_path / 'eval'}", env=ONE_THREAD
+    )
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    episodes = [json.loads(line) for line in (tmp_path / "eval" / "trajectories.jsonl").read_text().splitlines()]
+    assert len(episodes) == 2
+    for episode in episodes:  # the conversation as the model's chat: the task, then its replies and the tools' answers
+        assert episode["messages"][0]["role"] == "user" and "calculate tool" in episode["messages"][0]["content"]
+        assert [m["role"] for m in episode["messages"][1:]].count("assistant") == episode["length"]
+        assert episode["counts"]["tool_calls"] == sum(len(m.get("tool_calls", [])) for m in episode["messages"]) + sum(
+            episode["counts"].get(f"tool_errors/{kind}", 0) for kind in ("invalid_json", "cut_off")
+        )
