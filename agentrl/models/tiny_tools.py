@@ -38,38 +38,13 @@ def build_tool_tokenizer(texts: list[str], vocab_size: int):
     return tokenizer
 
 
-class _ExpertWithIds:
-    """The expert's replies with the ids a rollout would sample: its text's ids and the end-of-turn id."""
-
-    def __init__(self, expert, tokenizer):
-        self.expert, self.tokenizer = expert, tokenizer
-
-    def act(self, turns):
-        replies = self.expert.act(turns)
-        for turn, reply in zip(turns, replies):
-            reply.prompt_ids = turn.prompt_ids
-            reply.completion_ids = self.tokenizer(reply.text, add_special_tokens=False)["input_ids"] + [
-                self.tokenizer.eos_token_id
-            ]
-        return replies
-
-
 def _expert_play(suite, env_cfg: Any, tasks, tokenizer=None):
-    """The expert's episodes on `tasks` through the collector: with a tokenizer, rows of ids as a rollout writes
-    them (agentrl/rollout/chat_tools.py); without, the conversations as text."""
-    from agentrl.envs.workers import make_pool
-    from agentrl.progress import Phase
-    from agentrl.rollout.collector import PromptSpec, collect
-    from agentrl.rollout.demonstrations import ExpertPolicy
+    """The expert's episodes on `tasks`: with a tokenizer, rows of ids as a rollout writes them; without, the
+    conversations as text (rollout/demonstrations.py, `play_with_ids`)."""
+    from agentrl.rollout.demonstrations import ExpertPolicy, play_with_ids
 
-    policy = ExpertPolicy(suite) if tokenizer is None else _ExpertWithIds(ExpertPolicy(suite), tokenizer)
-    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length, tokenizer=tokenizer, max_prompt_tokens=10**9)
     doing = "tiny model: the expert's tool calls" + (" as ids" if tokenizer is not None else "")
-    with (
-        make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
-        Phase(f"{doing} ({len(tasks)} episodes in lockstep), turn", suite.max_steps) as phase,
-    ):
-        return collect(suite, tasks, 1, policy, spec, pool=pool, on_turn=phase.reach)
+    return play_with_ids(suite, env_cfg, ExpertPolicy(suite), tasks, doing, tokenizer)
 
 
 def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
@@ -81,6 +56,7 @@ def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     from agentrl.envs.registry import make_suite
     from agentrl.errors import UserError
     from agentrl.models.tiny import warm_up
+    from agentrl.rollout.demonstrations import won_id_pairs
 
     torch.manual_seed(tiny_cfg.seed)
     started = time.time()
@@ -102,12 +78,7 @@ def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     tasks = [suite.task("train", within_split(suite, "train", first + i)) for i in range(episodes)]
     text = _expert_play(suite, env_cfg, tasks)
     tokenizer = build_tool_tokenizer(list(text.prompt) + list(text.completion), tiny_cfg.vocab_size)
-    played = _expert_play(suite, env_cfg, tasks, tokenizer)
-    pairs = [
-        (p + c, [0] * len(p) + [1] * len(c))
-        for p, c, won in zip(played.prompt_ids, played.completion_ids, played.won)
-        if won
-    ]
+    pairs = won_id_pairs(_expert_play(suite, env_cfg, tasks, tokenizer))
     if not pairs:
         raise UserError("the expert (env.expert) won no episode: the tiny model has nothing to warm up on")
     heads = tiny_cfg.num_heads

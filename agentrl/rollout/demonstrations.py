@@ -6,6 +6,11 @@ demonstration's prompt is exactly what the policy will be asked at that turn. Tw
 - the tiny model's build, with a random admissible policy (agentrl/models/tiny.py);
 - `agentrl sft`, with the environment's expert (`ExpertPolicy`: the suite's optional `expert_plan`,
   docs/environments.md), whose replies are in the format RL parses, `<action>X</action>`.
+
+On the tool-calling route (env=tools) a pair is ids, as its rollout writes them (agentrl/rollout/chat_tools.py):
+`play_with_ids` gives each expert reply the ids a sampling policy would (its text's ids and the end-of-turn id), so
+each turn's prompt ids are the conversation so far, never re-rendered; `won_id_pairs` keeps a won episode's turns.
+The tiny model's tool build and `agentrl sft` on env=tools both train on them.
 """
 
 from __future__ import annotations
@@ -116,3 +121,48 @@ def won_pairs(batch: StepBatch) -> list[tuple[str, str]]:
     """(prompt, reply) of every turn of a won episode: the expert's demonstrations (a plan that did not win,
     or an episode whose environment broke, teaches nothing)."""
     return [(p, c) for p, c, won in zip(batch.prompt, batch.completion, batch.won) if won]
+
+
+class WithReplyIds:
+    """A text policy's replies with the ids a sampling policy gives: the text's ids and the end-of-turn id."""
+
+    def __init__(self, policy, tokenizer):
+        self.policy, self.tokenizer = policy, tokenizer
+
+    def act(self, turns: list[Turn]) -> list[Reply]:
+        replies = self.policy.act(turns)
+        for turn, reply in zip(turns, replies):
+            reply.prompt_ids = turn.prompt_ids
+            ids = self.tokenizer(reply.text, add_special_tokens=False)["input_ids"]
+            reply.completion_ids = [*ids, self.tokenizer.eos_token_id]
+        return replies
+
+
+def play_with_ids(
+    suite, env_cfg: Any, policy, tasks: list[Task], doing: str, tokenizer=None, max_prompt_tokens: int = 10**9
+) -> StepBatch:
+    """The tool route's play (env=tools): one episode of `policy` on each task in lockstep, on `env.num_workers`
+    workers. With a tokenizer, the rows hold ids as a rollout writes them (`WithReplyIds`), and a conversation that
+    would pass `max_prompt_tokens` ends unplayed, as in a rollout; without, the conversations are text, rendered
+    with Qwen2.5's tool template (the tiny model's tokenizer is trained on them)."""
+    from agentrl.envs.workers import make_pool
+    from agentrl.progress import Phase
+
+    player = policy if tokenizer is None else WithReplyIds(policy, tokenizer)
+    spec = PromptSpec(env_cfg.prompt_template, env_cfg.history_length, tokenizer, max_prompt_tokens)
+    limit = env_cfg.max_steps or suite.max_steps
+    with (
+        make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
+        Phase(f"{doing} ({len(tasks)} episodes in lockstep), turn", limit) as phase,
+    ):
+        return collect(suite, tasks, 1, player, spec, max_steps=env_cfg.max_steps, pool=pool, on_turn=phase.reach)
+
+
+def won_id_pairs(batch: StepBatch) -> list[tuple[list[int], list[int]]]:
+    """(ids, completion mask) of every turn of a won episode played with ids (`play_with_ids`): the prompt's ids
+    masked out, the reply's and its end-of-turn id trained on."""
+    return [
+        (p + c, [0] * len(p) + [1] * len(c))
+        for p, c, won in zip(batch.prompt_ids, batch.completion_ids, batch.won)
+        if won
+    ]

@@ -4,7 +4,9 @@ setup -> demonstrations -> evaluate before -> fine-tune -> evaluate after -> sav
 
 1. the environment's expert (its suite's `expert_plan`, docs/environments.md) plays `sft.episodes` train tasks
    through the collector, so each prompt is built by RL's template and history window (rollout/demonstrations.py);
-   every turn of a won episode is one (prompt, `<action>X</action>`) pair;
+   every turn of a won episode is one (prompt, `<action>X</action>`) pair. On the tool route (env=tools) the
+   expert plays again once the model is loaded, in its tokens: each pair is the ids a rollout would write (the
+   conversation so far in the chat template with tools; the reply's tool call and end-of-turn id);
 2. held-out success before and after, by training's own evaluator: the tasks, sampling and seed of
    `agentrl eval` (eval.*);
 3. TRL's SFTTrainer on the action tokens only (agentrl/models/fine_tune.py, also the tiny model's warm-up);
@@ -21,6 +23,7 @@ from typing import Any
 
 from agentrl.envs.base import within_split
 from agentrl.errors import UserError
+from agentrl.rollout.dialects import TOOLS
 
 MODEL_FOLDER = "model"  # <run folder>/model unless sft.output names one
 RESULTS = "sft.json"  # <run folder>/sft.json: the pairs, the losses, held-out metrics before and after
@@ -49,6 +52,8 @@ def run_sft(cfg: Any) -> float:
     pairs, expert = expert_demonstrations(suite, cfg)  # first: an expert that wins nothing fails before a model loads
     random_pairs = random_demonstrations(suite, cfg)
     model, tokenizer = load_policy(cfg.model, cfg.env, cfg.hardware)
+    if pairs and getattr(suite, "reply_format", None) == TOOLS:  # the tool route trains on ids, as it samples them
+        pairs = tool_expert_pairs(suite, cfg, tokenizer)
     metrics = {"pairs": len(pairs) + len(random_pairs), "random_pairs": len(random_pairs), **expert}
     pairs += random_pairs
     held_out = _evaluator(cfg, suite, tokenizer)
@@ -103,6 +108,25 @@ def expert_demonstrations(suite, cfg: Any) -> tuple[list[tuple[str, str]], dict[
             f"clone; check env.max_steps (the expert's plans must fit in it) and the environment's expert_plan"
         )
     return pairs, {"expert_episodes": len(tasks), "expert_success": won / len(tasks)}
+
+
+def tool_expert_pairs(suite, cfg: Any, tokenizer) -> list[tuple[list[int], list[int]]]:
+    """On the tool route (env=tools), the expert's episodes of `expert_demonstrations` played again with the model's
+    tokenizer: each turn's (ids, completion mask) as a rollout writes them (rollout/demonstrations.py,
+    `play_with_ids`), the prompt the conversation so far in the model's chat template with its tools, never
+    re-rendered. A conversation past rollout.max_prompt_tokens ends unplayed, as in training, and is not won."""
+    from agentrl.rollout.demonstrations import ExpertPolicy, play_with_ids, won_id_pairs
+
+    tasks = [suite.task("train", within_split(suite, "train", cfg.sft.first_task + i)) for i in range(cfg.sft.episodes)]
+    doing = "sft: the expert plays in the model's tokens"
+    batch = play_with_ids(suite, cfg.env, ExpertPolicy(suite), tasks, doing, tokenizer, cfg.rollout.max_prompt_tokens)
+    pairs = won_id_pairs(batch)
+    if not pairs:
+        raise UserError(
+            f"the expert's conversations on env={cfg.env.name} all pass rollout.max_prompt_tokens="
+            f"{cfg.rollout.max_prompt_tokens} in this model's tokens: raise it"
+        )
+    return pairs
 
 
 def random_demonstrations(suite, cfg: Any) -> list[tuple[str, str]]:

@@ -254,3 +254,54 @@ def test_the_route_trains_end_to_end_on_the_tiny_model(run_cli, cache_dir, tmp_p
         assert episode["counts"]["tool_calls"] == sum(len(m.get("tool_calls", [])) for m in episode["messages"]) + sum(
             episode["counts"].get(f"tool_errors/{kind}", 0) for kind in ("invalid_json", "cut_off")
         )
+
+
+def test_sft_pairs_are_the_ids_a_rollout_writes(suite, tokenizer):
+    """`agentrl sft` on env=tools trains on (ids, mask): each turn's prompt the conversation so far in the chat
+    template with tools, extended by the ids sampled and the tool messages, never re-rendered; the mask on the reply
+    and its end-of-turn id only."""
+    from agentrl.train.sft import tool_expert_pairs
+
+    cfg = OmegaConf.create(
+        {"env": env_cfg(), "sft": {"first_task": 0, "episodes": 3}, "rollout": {"max_prompt_tokens": 4096}}
+    )
+    pairs = tool_expert_pairs(suite, cfg, tokenizer)
+    assert len(pairs) == 6  # 3 won episodes of two turns: the call, the answer
+    (first, first_mask), (second, second_mask) = pairs[0], pairs[3]  # rows in lockstep order: task 0's two turns
+    task = suite.task("train", 0)
+    opening = suite.make_env().reset(task).messages
+    rendered = tokenizer.apply_chat_template(
+        opening, tools=suite.tool_schemas, tokenize=False, add_generation_prompt=True
+    )
+    prompt = tokenizer(rendered, add_special_tokens=False)["input_ids"]
+    reply = first[len(prompt) :]
+    assert first[: len(prompt)] == prompt and first_mask == [0] * len(prompt) + [1] * len(reply)
+    assert reply[-1] == tokenizer.eos_token_id and '"name": "add"' in tokenizer.decode(reply)
+    assert second[: len(first)] == first  # turn 1's prompt goes on from turn 0's ids
+    suffix = tokenizer.decode(second[len(first) : second_mask.index(1)])
+    assert "<tool_response>" in suffix and tokenizer.decode(second[second_mask.index(1) :]).startswith("done")
+    short = OmegaConf.merge(cfg, {"rollout": {"max_prompt_tokens": 10}})
+    with pytest.raises(UserError, match="rollout.max_prompt_tokens=10"):
+        tool_expert_pairs(suite, short, tokenizer)
+
+
+def test_sft_clones_the_expert_on_the_tool_route(run_cli, tmp_path):
+    """`agentrl sft env=tools` on the tiny model: the expert's tool calls as ids, fine-tuned on, a model folder."""
+    run = tmp_path / "sft"
+    result = run_cli(
+        "sft",
+        *CALCULATOR,
+        "+debug=fast",
+        "sft.episodes=8",
+        "sft.epochs=1",
+        "sft.batch_size=4",
+        "sft.eval_before=false",
+        "eval.num_tasks=2",
+        f"hydra.run.dir={run}",
+        env=ONE_THREAD,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    results = json.loads((run / "sft.json").read_text())
+    assert results["expert_success"] == 1.0 and results["pairs"] == 16  # 8 episodes: a call and an answer each
+    assert len(results["losses"]) == 4 and "eval/tool_calls" in results["after"]  # 16 pairs, 4 a step, one pass
+    assert (run / "model" / "config.json").is_file()
