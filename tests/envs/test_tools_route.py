@@ -305,3 +305,60 @@ def test_sft_clones_the_expert_on_the_tool_route(run_cli, tmp_path):
     assert results["expert_success"] == 1.0 and results["pairs"] == 16  # 8 episodes: a call and an answer each
     assert len(results["losses"]) == 4 and "eval/tool_calls" in results["after"]  # 16 pairs, 4 a step, one pass
     assert (run / "model" / "config.json").is_file()
+
+
+GAME_2048 = {
+    "factory": "agentrl.examples.game_2048:Game2048",
+    "reward_funcs": ["agentrl.examples.game_2048:reward_score"],
+    "prompt": "Play 2048 with the move tool.",
+    "expert": "agentrl.examples.game_2048:expert",
+    "success_reward": 16.0,
+}
+
+
+def move(direction: str) -> str:
+    return json.dumps({"content": "", "tool_calls": [{"name": "move", "arguments": {"direction": direction}}]})
+
+
+def test_2048_in_trl_shape_draws_its_tiles_from_the_episode_own_random():
+    import random
+
+    game = build(env_cfg(**GAME_2048))
+    assert [s["function"]["name"] for s in game.tool_schemas] == ["move"]
+    assert game.tool_schemas[0]["function"]["parameters"]["properties"]["direction"]["type"] == "string"
+    boards = []
+    before = random.getstate()
+    for _ in range(2):  # the same task and moves: the same tiles fall
+        env = game.make_env()
+        env.reset(game.task("train", 7))
+        boards.append([env.step(move(d)).observation.text for d in ("left", "up", "right", "down")])
+    assert boards[0] == boards[1] and random.getstate() == before  # the process's own random is left as it was
+    other = game.make_env()
+    other.reset(game.task("train", 8))
+    assert [other.step(move(d)).observation.text for d in ("left", "up", "right", "down")] != boards[0]
+
+
+def test_2048_game_over_is_the_model_tool_message_and_the_episode_goes_on():
+    game = build(env_cfg(**GAME_2048))
+    env = game.make_env()
+    env.reset(game.task("train", 0))
+    env.instance.done = True  # the game ended on an earlier move
+    step = env.step(move("left"))
+    [message] = step.observation.messages
+    assert not step.done and message["role"] == "tool" and message["name"] == "move"
+    assert message["content"] == "Error: ValueError: Game over."  # TRL's {"error": str(e)}, with the error's type
+    assert step.observation.counts == {"tool_calls": 1, "tool_errors": 1, "tool_errors/tool_raised": 1}
+    assert env.step("My score is 0.").done  # the final answer still ends and scores it
+
+
+def test_2048_expert_replays_its_moves_on_the_episode_tiles():
+    """The expert plays a copy of the game on the episode's stream: its moves, replayed, earn its score."""
+    from agentrl.rollout.demonstrations import ExpertPolicy
+
+    game = build(env_cfg(**GAME_2048))
+    tasks = [game.task("train", i) for i in range(6)]
+    batch = collect(game, tasks, 1, ExpertPolicy(game), PromptSpec("generic", 0), keep_transcripts=True)
+    for episode in batch.episodes:
+        answer = episode.messages[-1]["content"]
+        assert answer == f"Score: {episode.ret:g}" and episode.counts["tool_errors"] == 0
+    assert sum(e.won for e in batch.episodes) >= 5  # a score of 16 in 7 greedy moves: 98% of 300 games measured
