@@ -362,3 +362,35 @@ def test_2048_expert_replays_its_moves_on_the_episode_tiles():
         answer = episode.messages[-1]["content"]
         assert answer == f"Score: {episode.ret:g}" and episode.counts["tool_errors"] == 0
     assert sum(e.won for e in batch.episodes) >= 5  # a score of 16 in 7 greedy moves: 98% of 300 games measured
+
+
+class KeyedScripted(Scripted):
+    """`Scripted` with the keyed replies rollout.turns=ready asks for (each a function of its turn alone)."""
+
+    def rollout_seed(self) -> int:
+        return 0
+
+    def act_keyed(self, turns, keys):
+        return self.act(turns)
+
+
+def test_ready_turns_play_the_route_in_worker_processes_with_lockstep_rows(suite, tokenizer):
+    """rollout.turns=ready: each conversation's turn as soon as its environment (a worker process) answered; the
+    rows, ids included, and the episodes' counts are lockstep's."""
+    from agentrl.envs.workers import ProcessPool
+
+    replies = [call("add", amount=1), call("wait", seconds=0.01), call("nope"), call("add", amount=1), "done"]
+    tasks = [suite.task("train", i) for i in range(3)]
+    spec = PromptSpec("generic", 0, tokenizer=tokenizer, max_prompt_tokens=4096)
+    out = {}
+    for turns in ("lockstep", "ready"):
+        with ProcessPool(suite.make_env, 2, timeout_s=30, start_method="fork") as pool:
+            policy = KeyedScripted(tokenizer, replies)
+            out[turns] = collect(suite, tasks, 2, policy, spec, max_steps=6, pool=pool, turns=turns)
+    lockstep, ready = out["lockstep"], out["ready"]
+    assert (
+        len(ready) == 30 and ready.prompt_ids == lockstep.prompt_ids and ready.completion_ids == lockstep.completion_ids
+    )
+    assert ready.reward == lockstep.reward and ready.valid == lockstep.valid
+    assert [e.counts for e in ready.episodes] == [e.counts for e in lockstep.episodes]
+    assert ready.episodes[0].counts == {"tool_calls": 4, "tool_errors": 1, "tool_errors/unknown_tool": 1}
