@@ -26,7 +26,13 @@ GENERATION_KEYS = (
     "rollout.max_prompt_tokens",
 )
 # the phase that holds each term; the others are held all along
-PHASE = {name: "update" for name in mp.MemoryPlan.update} | {name: "generation" for name in mp.MemoryPlan.generation}
+PHASE = (
+    {name: "update" for name in mp.MemoryPlan.update}
+    | {name: "generation" for name in mp.MemoryPlan.generation}
+    | {name: "build" for name in mp.MemoryPlan.build}
+)
+# Keys that shrink the tiny model's build (where the run builds one first)
+BUILD_KEYS = ("rollout.max_prompt_tokens", "model.tiny.demo_turns", "model.tiny.warmup_batch_size")
 
 
 def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
@@ -58,7 +64,25 @@ def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
         shards=ranks if strategy in ("deepspeed_zero3", "fsdp") else 1,
         optimizer_shards=ranks if strategy == "deepspeed_zero2" else 1,
         generate_in_bf16=bool(r.generate_in_bf16),
+        **tiny_build_sizes(cfg),
     )
+
+
+def tiny_build_sizes(cfg: Any) -> dict[str, int]:
+    """The Workload's build fields where the run builds the tiny model before it starts (no model.path, and neither
+    the shipped build nor a cached one fits the config), else none."""
+    tiny_cfg = cfg.model.tiny
+    if tiny_cfg is None or cfg.model.path:
+        return {}
+    from agentrl.models import tiny
+
+    if tiny.available_build(tiny_cfg, cfg.env) is not None:
+        return {}
+    return {
+        "build_pairs": tiny.demonstration_turns(tiny_cfg, cfg.env.name),
+        "build_rows": tiny_cfg.warmup_batch_size,
+        "build_prompt_tokens": tiny_cfg.max_prompt_tokens,
+    }
 
 
 def model_shape(model_cfg: Any) -> mp.ModelShape | None:
@@ -174,8 +198,10 @@ def sharing_ranks(cfg: Any) -> int:
 
 def refusal(cfg: Any, estimate: mp.MemoryPlan, shape: mp.ModelShape, work: mp.Workload, memory: int) -> str:
     """The refusal line: the estimate, the device's memory, and the keys that bring the larger phases down."""
-    staying = estimate.peak - max(estimate.update_bytes, estimate.generation_bytes)
+    staying = estimate.staying_bytes
     keys: list[str] = []
+    if staying + estimate.build_bytes > memory:
+        keys.extend(BUILD_KEYS)
     if staying + estimate.update_bytes > memory:
         budget = mp.largest_fitting_budget(shape, work, memory)
         keys.append(f"trainer.micro_batch_tokens={budget}" if budget else UPDATE_KEYS[0])
