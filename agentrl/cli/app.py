@@ -205,14 +205,21 @@ def config(ctx: typer.Context) -> None:
 
 
 @app.command()
-def envs() -> None:
+def envs(
+    gem: str | None = typer.Option(None, "--gem", metavar="FAMILY", help="List every GEM id of a family (rg, ...)."),
+) -> None:
     """List the environments (built-ins and installed plug-ins), whether each is usable here, and which vLLM."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from agentrl.cli.env_tables import gem_family_table, gem_ids_table
     from agentrl.envs.registry import all_environments, plugin_problems
 
+    console = Console()
+    if gem is not None:
+        with user_errors():
+            return console.print(gem_family_table(gem))
     table = Table(title="agentrl environments")
     table.add_column("env=")
     table.add_column("from")
@@ -222,12 +229,9 @@ def envs() -> None:
         ok, reason = spec.availability()
         usable = "[green]yes[/]" if ok else f"[red]no[/]: {escape(reason)}"
         table.add_row(spec.name, escape(spec.source), usable, escape(spec.description))
-    console = Console()
     console.print(table)
     for line in plugin_problems():  # a broken plug-in: one line each, the others are listed above
         console.print(f"broken {line}", markup=False)
-    from agentrl.cli.env_tables import gem_ids_table
-
     if (gem_table := gem_ids_table()) is not None:
         console.print(gem_table)
     console.print(f"rollout.backend=hf: yes | rollout.backend=vllm: {_vllm_status()}", markup=False)
