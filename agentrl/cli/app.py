@@ -106,11 +106,12 @@ def evaluate(
     agentrl eval outputs/<run>/checkpoints/last eval.num_tasks=200 eval.episodes_per_task=4
     agentrl eval --random env=household                 # the random admissible baseline
     agentrl eval --random +experiment=gem_sokoban       # on a recipe's env, with its eval settings
+    agentrl eval model=smollm2-135m-instruct env=household  # a model zero-shot, as training would start it
     """
     import tempfile
     from pathlib import Path
 
-    from agentrl.cli.eval_recipe import names_recipe, with_recipe_config
+    from agentrl.cli.eval_recipe import names_model, names_recipe, with_recipe_config
     from agentrl.cli.launch import run_hydra
     from agentrl.hydra_paths import hydra_quote
 
@@ -136,7 +137,7 @@ def evaluate(
         "when the evaluation ends)"
     )
     with user_errors(), interrupt_says(stopped), tempfile.TemporaryDirectory() as scratch:
-        if names_recipe(args):  # a recipe sets training's sections: composed as `agentrl train` does (eval_recipe.py)
+        if names_recipe(args) or names_model(args):  # training's sections: composed as `agentrl train` does
             args = with_recipe_config(args, Path(scratch))
         run_hydra("eval", args, entry)
 

@@ -125,19 +125,30 @@ def evaluate_from_config(cfg: Any) -> float:
 
     hf_logging.disable_progress_bar()
     checkpoint = trained = None
-    if cfg.policy == "checkpoint":
+    recipe = _recipe(cfg.recipe_config) if cfg.recipe_config else None
+    zero_shot = recipe is not None and recipe.get("model") is not None  # model=NAME on the command line
+    if zero_shot and (cfg.checkpoint or cfg.policy == "random"):
+        raise UserError(
+            "model=... evaluates that model zero-shot; a checkpoint carries its own model and --random plays none: "
+            "give one of the three"
+        )
+    if cfg.policy == "checkpoint" and not zero_shot:
         if not cfg.checkpoint:
-            raise UserError("give a checkpoint (agentrl eval outputs/<run>) or --random for the baseline")
+            raise UserError(
+                "give a checkpoint (agentrl eval outputs/<run>), a model (agentrl eval model=NAME) or --random "
+                "for the baseline"
+            )
         checkpoint = resolve_checkpoint(cfg.checkpoint)
         trained = training_config(checkpoint)
-    # whose env and eval settings the evaluation takes: a recipe named on the command line, else the checkpoint's run
-    setting = _recipe(cfg.recipe_config) if cfg.recipe_config else trained
+    # whose env and eval settings the evaluation takes: a recipe or model named on the command line, else the
+    # checkpoint's run
+    setting = recipe if recipe is not None else trained
     env_cfg = _env_of_checkpoint(setting, cfg)
     eval_cfg, sources = eval_of_run(
         cfg.eval,
         setting.get("eval") if setting is not None else None,
         _given("eval"),
-        "recipe" if cfg.recipe_config else "run",
+        "composed" if zero_shot else "recipe" if cfg.recipe_config else "run",
     )
     suite = make_suite(env_cfg)
     split = evaluation_split(eval_cfg, suite)
@@ -148,13 +159,17 @@ def evaluate_from_config(cfg: Any) -> float:
         sampling = eval_sampling(eval_cfg, trained.rollout if trained is not None else cfg.rollout)
         policy = _checkpoint_policy(cfg, checkpoint, trained, sampling, scratch, eval_cfg.seed)
         policy_name = str(checkpoint)
+    elif zero_shot:  # as `agentrl train model=NAME` starts: its generation length and prompt budget
+        sampling = eval_sampling(eval_cfg, recipe.rollout)
+        policy = _model_policy(cfg, recipe.model, env_cfg, sampling, scratch, eval_cfg.seed)
+        policy_name = f"model={recipe.model.name}, zero-shot"
     else:
         policy, policy_name = RandomPolicy.for_suite(suite, eval_cfg.seed), "random admissible policy"
 
     out_dir = Path(cfg.output) if cfg.output else Path(HydraConfig.get().runtime.output_dir)
     protocol = {
         "policy": policy_name,
-        "backend": cfg.rollout.backend if checkpoint is not None else None,  # who generates
+        "backend": cfg.rollout.backend if checkpoint is not None or zero_shot else None,  # who generates
         "env": as_container(env_cfg),
         "split": split,
         "tasks": len(tasks),
@@ -218,6 +233,27 @@ def _checkpoint_policy(
     return HFPolicy(model, tokenizer, sampling)
 
 
+def _model_policy(cfg: Any, model_cfg: Any, env_cfg: Any, sampling, scratch: ExitStack, seed: int) -> Policy:
+    """The policy of a model= choice as training loads it (the tiny model's build, a registry model's conversion,
+    model.path or the hub id), on rollout.backend; no LoRA adapter (training would add a fresh one: zero-shot,
+    it is the base model)."""
+    from agentrl.models.load import load_policy, resolve_model_source
+
+    if cfg.rollout.backend == "vllm":
+        from agentrl.rollout.vllm_engine import engine_dtype
+        from agentrl.rollout.vllm_policy import make_eval_policy
+
+        source = resolve_model_source(model_cfg, env_cfg)
+        dtype = engine_dtype(cfg.hardware.precision)
+        policy = make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=seed, dtype=dtype)
+        scratch.callback(policy.close)
+        return policy
+    from agentrl.rollout.policies import HFPolicy
+
+    model, tokenizer = load_policy(model_cfg, env_cfg, cfg.hardware)
+    return HFPolicy(model, tokenizer, sampling)
+
+
 def _recipe(path: str) -> Any:
     """The env and eval sections of a recipe, as agentrl/cli/eval_recipe.py wrote them."""
     from omegaconf import OmegaConf
@@ -255,8 +291,8 @@ def eval_of_run(
     The training run's own `eval` (split, tasks, episodes per task, temperature or greedy, seed) wins over
     conf/eval.yaml's defaults, so that a checkpoint scores under `agentrl eval` what it scored in training's
     final evaluation; a key given on the command line wins over both. Without a run (a baseline, or a plain
-    model folder) the defaults stand. `source` names where `run_eval` came from ("run", or "recipe" for a recipe
-    named on the command line)."""
+    model folder) the defaults stand. `source` names where `run_eval` came from ("run", "recipe" for a recipe
+    named on the command line, "composed" for the training config of a model named there)."""
     from_run, sources = {}, {}
     for spec in dataclasses.fields(eval_cfg):
         key = spec.name
@@ -284,6 +320,7 @@ def _print_protocol(protocol: dict) -> None:
     said = {
         "run": "the training run",
         "recipe": "the recipe",
+        "composed": "the training config of model= (as agentrl train composes it)",
         "command line": "the command line",
         "default": "conf/eval.yaml",
     }
