@@ -133,8 +133,8 @@ def evaluate(
         return evaluate_from_config(cfg)
 
     stopped = (
-        "agentrl eval: stopped on SIGINT; nothing was written (eval.json and trajectories.jsonl are written only "
-        "when the evaluation ends)"
+        "agentrl eval: stopped on SIGINT; trajectories.jsonl holds the episodes that ended (eval.json is written "
+        "only when the evaluation ends)"
     )
     with user_errors(), interrupt_says(stopped), tempfile.TemporaryDirectory() as scratch:
         if names_recipe(args) or names_model(args):  # training's sections: composed as `agentrl train` does

@@ -9,8 +9,6 @@ writes eval.json and trajectories.jsonl and prints the protocol it used.
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,13 +16,12 @@ from typing import Any
 
 from agentrl.checkpoints import CHECKPOINTS, LAST, MODEL_CONFIGS
 from agentrl.errors import UserError
+from agentrl.evaluation.results import EpisodeLog, print_protocol, print_table, write_results
 from agentrl.models.load import load_tokenizer
 from agentrl.models.lora import training_config
 from agentrl.rollout.batch import StepBatch, summarize
 from agentrl.rollout.collector import Policy, PromptSpec, collect
 from agentrl.run_folder import as_container
-
-log = logging.getLogger(__name__)
 
 
 def evaluation_split(eval_cfg: Any, suite) -> str:
@@ -178,11 +175,12 @@ def evaluate_from_config(cfg: Any) -> float:
         "temperature": "greedy" if eval_cfg.greedy else eval_cfg.temperature,
         "sources": sources,  # eval.<key>: "run" (the training run's eval), "command line" or "default"
     }
-    _print_protocol(protocol)
+    print_protocol(protocol)
     prompt = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
     episodes = len(tasks) * eval_cfg.episodes_per_task
     with (
         scratch,
+        EpisodeLog(out_dir) as ended,
         make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
         Phase(f"evaluating ({episodes} episodes in lockstep), turn", env_cfg.max_steps or suite.max_steps) as phase,
     ):
@@ -197,10 +195,11 @@ def evaluate_from_config(cfg: Any) -> float:
             pool=pool,
             keep_transcripts=True,
             on_turn=phase.reach,
+            on_episode_end=ended.write,
         )
     metrics = summarize(batch, "eval")
-    _print_table(metrics)
-    _write_results(out_dir, protocol, metrics, batch)
+    print_table(metrics)
+    write_results(out_dir, protocol, metrics, batch)
     return metrics.get("eval/success", 0.0)
 
 
@@ -303,78 +302,3 @@ def eval_of_run(
         else:
             sources[key] = "default"
     return dataclasses.replace(eval_cfg, **from_run), sources
-
-
-def _print_protocol(protocol: dict) -> None:
-    from rich.console import Console
-
-    console = Console()
-    console.print("[bold]evaluation protocol[/]")
-    for key in ("policy", "backend", "split", "tasks", "episodes_per_task", "seed", "temperature"):
-        console.print(f"  {key}: {protocol[key]}")
-    console.print(f"  env: {protocol['env']}")
-    by_source: dict[str, list[str]] = {}
-    for key, source in protocol["sources"].items():
-        by_source.setdefault(source, []).append(f"eval.{key}")
-    # which values follow the training run, and which the command line changed
-    said = {
-        "run": "the training run",
-        "recipe": "the recipe",
-        "composed": "the training config of model= (as agentrl train composes it)",
-        "command line": "the command line",
-        "default": "conf/eval.yaml",
-    }
-    line = "; ".join(f"from {said[s]}: {', '.join(keys)}" for s, keys in sorted(by_source.items()))
-    console.print(f"  {line}", soft_wrap=True, markup=False)
-
-
-def _print_table(metrics: dict[str, float]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="held-out results")
-    table.add_column("task type")
-    table.add_column("success", justify="right")
-    rows = sorted(k for k in metrics if k.endswith("/success") and k.count("/") == 2)
-    table.add_row("[bold]all[/]", f"[bold]{metrics['eval/success']:.3f}[/]")
-    for key in rows:
-        table.add_row(key.split("/")[1], f"{metrics[key]:.3f}")
-    console = Console()
-    console.print(table)
-    agents = sorted({k.split("/")[2] for k in metrics if k.startswith("eval/agent/")})
-    if agents:  # a team: who fails, and whose replies do not parse
-        by_agent = Table(title="by agent")
-        for column in ("agent", "success of its episodes", "invalid rate", "share of turns"):
-            by_agent.add_column(column, justify="left" if column == "agent" else "right")
-        for agent in agents:
-            figures = (metrics[f"eval/agent/{agent}/{m}"] for m in ("success", "invalid_rate", "turn_share"))
-            by_agent.add_row(agent, *(f"{v:.3f}" for v in figures))
-        console.print(by_agent)
-    summary = {k: v for k, v in metrics.items() if k.count("/") == 1 and not k.endswith("/success")}
-    console.print("  ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in summary.items()))
-
-
-def _write_results(out_dir: Path, protocol: dict, metrics: dict, batch: StepBatch) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "eval.json").write_text(json.dumps({"protocol": protocol, "metrics": metrics}, indent=2))
-        with (out_dir / "trajectories.jsonl").open("w") as f:
-            for e in batch.episodes:
-                f.write(
-                    json.dumps(
-                        {
-                            "task_id": e.task_id,
-                            "task_type": e.task_type,
-                            "won": e.won,
-                            "return": e.ret,
-                            "length": e.length,
-                            "fault": e.fault,
-                            "turns": e.transcript,
-                        }
-                    )
-                    + "\n"
-                )
-    except OSError as err:
-        raise UserError(f"cannot write the results to {out_dir}: {err.strerror}") from None
-    log.info("wrote %s and trajectories.jsonl", out_dir / "eval.json")
-    print(f"results: {out_dir / 'eval.json'}")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from agentrl.envs.base import Observation, Step, Task, TaskSuite
@@ -100,6 +100,7 @@ def collect(
     on_turn: Callable[[int, int], None] | None = None,
     lockstep: Lockstep | None = None,
     turns: str = "lockstep",
+    on_episode_end: Callable[[EpisodeResult], None] | None = None,
 ) -> StepBatch:
     """Roll out `group_size` episodes of each task in lockstep.
 
@@ -109,6 +110,8 @@ def collect(
     turn (progress reports). `lockstep` (the trainer's) is asked before each turn and once at the end whether to
     play on and whether a stop abandons the rollout (`RolloutAbandoned`); with several ranks it asks them all.
     `turns="ready"`: each episode's turns as its environment answers (agentrl/rollout/ready_turns.py).
+    `on_episode_end(result)` is called with each episode's final result as the episode ends (`agentrl eval` writes
+    it out then, so that a killed evaluation keeps the episodes it finished).
     """
     if turns != "lockstep":
         if turns not in TURNS:
@@ -126,6 +129,7 @@ def collect(
             keep_transcripts=keep_transcripts,
             on_turn=on_turn,
             lockstep=lockstep,
+            on_episode_end=on_episode_end,
         )
     limit = max_steps or suite.max_steps
     reply_format = reply_format_of(suite)
@@ -135,6 +139,9 @@ def collect(
     episodes = _episodes(tasks, group_size, prompt.history_length)
     try:
         _reset(pool, episodes)
+        for ep in episodes:
+            if ep.done:  # its reset faulted
+                _ended(ep, on_episode_end)
         batch = StepBatch()
         for t in range(limit):
             active = [ep for ep in episodes if not ep.done]
@@ -154,6 +161,8 @@ def collect(
                 row = _row(ep, turn, reply, p, outcome, t)
                 batch.append(row)
                 _advance(ep, row, action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
+                if ep.done:
+                    _ended(ep, on_episode_end)
             if on_turn is not None:
                 on_turn(t + 1, limit)
         if lockstep is not None:
@@ -178,6 +187,12 @@ def _reset(pool: EnvPool, episodes: list[_Episode]) -> None:
             _fault(ep, "reset", first.message)
         else:
             ep.observation = first
+
+
+def _ended(ep: _Episode, on_episode_end: Callable[[EpisodeResult], None] | None) -> None:
+    """Hand on an episode's result as it ends, final as `_with_outcomes` makes it (a faulted episode is not won)."""
+    if on_episode_end is not None:
+        on_episode_end(replace(ep.result, won=ep.result.won and ep.result.fault is None))
 
 
 def _with_outcomes(batch: StepBatch, episodes: list[_Episode]) -> StepBatch:
