@@ -267,6 +267,24 @@ def test_the_1_5b_rollout_through_hf_generate_plans_no_row_per_generated_token()
     assert round(estimate.peak / mp.GIB, 2) == 36.95  # 73.97 while generate kept every step's scores
 
 
+def test_a_plan_made_without_a_gpu_counts_vllms_share_of_an_80_gb_gpu(monkeypatch):
+    """`agentrl config ... hardware=gpu rollout.backend=vllm` on a laptop: the plan is made before going to the
+    cluster, and counts the engine (docs/reproducing.md: 56.7 GiB, 23.9 of it vLLM's)."""
+    overrides = ["+experiment=gigpo_alfworld_1.5b", "hardware=gpu", "rollout.backend=vllm"]
+    monkeypatch.setattr(memory_check, "device_memory", lambda hardware: None)  # no CUDA here
+    cfg = preflight("train", overrides)
+    estimate, _, work, memory = memory_check.plan_of(cfg)
+    assert memory is None and work.vllm_bytes == int(0.3 * H100)
+    assert f"{estimate.peak / mp.GIB:.1f}" == "56.7"
+    text = memory_check.plan_text(cfg)
+    assert "estimated peak 56.70 GiB" in text and "vllm            23.89 GiB" in text
+    assert text.endswith("no GPU here: vLLM's 0.3 share is of an 80 GB GPU (79.65 GiB)")
+    _memory(monkeypatch, 40)  # a GPU of this machine: its own memory, and no note
+    cfg = preflight("train", overrides)
+    assert memory_check.plan_of(cfg)[2].vllm_bytes == int(0.3 * 40 * mp.GIB)
+    assert "no GPU here" not in memory_check.plan_text(cfg)
+
+
 def test_a_full_7b_update_does_not_fit_one_gpu_whatever_the_micro_batch():
     cfg = preflight("train", ["+experiment=grpo_alfworld_7b", "hardware=gpu", "rollout.backend=vllm"])
     shape, work = memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100)
