@@ -3,8 +3,10 @@
 `claim(folder, cfg)` runs when a training job starts, before anything is written into the folder:
 - a live run holds `run.lock` (its process id and host); a second process is refused while that process lives,
   and takes over a lock whose process on this host is gone (a killed run does not block its folder forever);
-- a folder that already holds a run (metrics, run.json or checkpoints) is refused unless the job resumes it
-  (`trainer.resume`) or replaces it (`trainer.overwrite=true`, which deletes the earlier run's files first);
+- a folder that already holds a run (a logged iteration or a checkpoint) is refused unless the job resumes it
+  (`trainer.resume`) or replaces it (`trainer.overwrite=true`, which deletes the earlier run's files first); a start
+  that failed or was killed before its first iteration holds nothing to continue or lose, and the next job takes
+  its place (its run.json, config.yaml and ended.json are rewritten);
 - `trainer.resume=auto` on a folder whose checkpoints are all damaged is refused (restarting would write a second
   run on top of the first one's metrics); one stopped before its first checkpoint starts again in place of its
   earlier records (the line a stop prints says so: "start again");
@@ -30,7 +32,6 @@ from agentrl.errors import UserError
 LOCK = "run.lock"
 ENDED = "ended.json"  # how the run ended: finished, stopped (a signal) or crashed, at which iteration, its line
 SLURM_JOB = "SLURM_JOB_ID"
-RUN_FILES = ("metrics.jsonl", "run.json", CHECKPOINTS)
 # What a checkpoint means: the algorithm and its estimator, the environment and its level, the model and its shape,
 # the seed, how many ranks saved it (each rank's RNG state), and how far ahead rows were generated (the checkpoint holds
 # those jobs; the task stream has moved past them)
@@ -68,6 +69,7 @@ def claim(folder: Path, cfg: Any) -> RunLock:
     except BaseException:
         lock.release()
         raise
+    (folder / ENDED).unlink(missing_ok=True)  # the run starting here has not ended (an earlier one's record goes)
     return lock
 
 
@@ -120,8 +122,9 @@ def _alive(pid: int) -> bool:
 
 
 def holds_a_run(folder: Path) -> bool:
-    """Whether an earlier run left its records here."""
-    return any((folder / name).exists() for name in RUN_FILES)
+    """Whether an earlier run got somewhere here: it logged an iteration or wrote a checkpoint. A start that failed
+    before its first iteration (a misspelt env.id) left only its run.json and ended.json: it does not hold the folder."""
+    return bool(metrics_log.read_records(folder)) or any((folder / CHECKPOINTS).glob("checkpoint-*"))
 
 
 def _check_earlier_run(folder: Path, cfg: Any) -> None:

@@ -88,12 +88,12 @@ def main() -> None:
 
     runs = [(kind, args.overrides) for kind in KINDS]
     runs += [(GROWING, [*args.overrides, f"rollout.max_prompt_tokens={b}"]) for b in args.budgets]
-    print(f"{'observations':<14} {'budget':>6} {'longest obs.':>15} {'peak MiB':>9} {'worker MiB':>10} {'seconds':>8}")
+    print(f"{'observations':<14} {'budget':>6} {'longest obs.':>15} {'peak MiB':>9} {'seconds':>8}")
     for kind, overrides in runs:
         row = build(kind, overrides)
         print(
             f"{kind:<14} {row['budget']:>6} {row['longest_observation_chars']:>15,} {row['peak_mib']:>9,.0f} "
-            f"{row['worker_peak_mib']:>10,.0f} {row['seconds']:>8.1f}",
+            f"{row['seconds']:>8.1f}",
             flush=True,
         )
 

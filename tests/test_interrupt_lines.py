@@ -1,8 +1,10 @@
 """Ctrl-C during `agentrl eval` and `agentrl sft` ends with one line that says it stopped and what was kept, exit code
-130, and nothing half-written (both write their results only when they end)."""
+130, and nothing half-written: `agentrl eval` keeps the episodes that ended (trajectories.jsonl, a whole line each, as
+after a SIGKILL) and writes eval.json only when it ends; `agentrl sft` writes its model only when it ends."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -48,7 +50,14 @@ def interrupted(cache_dir, cwd, *args: str, started: str) -> tuple[int, list[str
     return code, [line for line in lines if line.strip()]
 
 
-def test_ctrl_c_during_eval_says_it_stopped_and_writes_nothing(cache_dir, tmp_path):
+def whole_episode_lines(folder) -> list[dict]:
+    """The episodes of trajectories.jsonl, each line whole (a line cut off by a SIGKILL is not a whole line)."""
+    path = folder / "trajectories.jsonl"
+    text = path.read_text() if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines(keepends=True) if line.endswith("\n")]
+
+
+def test_ctrl_c_during_eval_says_it_stopped_and_keeps_the_ended_episodes(cache_dir, tmp_path):
     out = tmp_path / "eval"
     code, lines = interrupted(
         cache_dir,
@@ -60,9 +69,31 @@ def test_ctrl_c_during_eval_says_it_stopped_and_writes_nothing(cache_dir, tmp_pa
         started="from the command line:",  # the protocol is printed: the evaluation starts
     )
     assert code == 130, lines[-10:]
-    assert lines[-1].startswith("agentrl eval: stopped on SIGINT; nothing was written"), lines[-10:]
+    assert lines[-1].startswith("agentrl eval: stopped on SIGINT; trajectories.jsonl holds the episodes that ended"), (
+        lines[-10:]
+    )
     assert "Traceback" not in "\n".join(lines)
-    assert not (out / "eval.json").exists() and not (out / "trajectories.jsonl").exists()
+    assert not (out / "eval.json").exists()
+    assert all(e["task_id"].startswith("household/") for e in whole_episode_lines(out))
+
+
+def test_a_killed_evaluation_keeps_the_episodes_it_finished(cache_dir, tmp_path):
+    out = tmp_path / "eval"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "agentrl.cli", "eval", "--random", "eval.num_tasks=3000", f"hydra.run.dir={out}"],
+        cwd=tmp_path,
+        env=cli_env(cache_dir),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while time.time() < deadline and proc.poll() is None and not whole_episode_lines(out):
+        time.sleep(0.1)
+    proc.kill()
+    proc.wait(timeout=60)
+    kept = whole_episode_lines(out)
+    assert 0 < len(kept) < 3000 and not (out / "eval.json").exists()
+    assert all(e["won"] for e in kept if e["length"] < 10)  # a household episode ends early only when it is won
 
 
 def test_ctrl_c_during_sft_says_it_stopped_and_writes_no_model(cache_dir, tmp_path):

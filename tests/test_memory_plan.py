@@ -111,6 +111,19 @@ def test_the_peak_is_what_stays_plus_the_larger_phase():
     assert estimate.peak == staying + update
 
 
+def test_the_tiny_models_build_is_a_phase_of_its_own():
+    built = replace(WORK, build_pairs=10, build_rows=2, build_prompt_tokens=10)
+    # 10 pairs of 10 + 5 ids at 160 bytes, and 10 prompts of 10 tokens' worth of text (8 characters a token)
+    assert mp.build_data(built) == 10 * 15 * 160 + 10 * 10 * 8
+    # one step of 2 rows of 15 tokens: 2 layers of (12 * 8 + 4 * 16) * 4 bytes, and 3 fp32 copies of 100 logits
+    assert mp.warmup(SHAPE, built) == 2 * 15 * (2 * 640 + 100 * 4 * 3)
+    assert mp.build_data(WORK) == mp.warmup(SHAPE, WORK) == 0  # nothing is built
+    estimate = mp.plan(SHAPE, replace(built, build_pairs=10**6))
+    assert estimate.larger_phase == "build"
+    assert estimate.peak == estimate.staying_bytes + estimate.build_bytes
+    assert memory_check.PHASE["warmup"] == "build"
+
+
 def test_largest_fitting_budget_fits_and_the_next_does_not():
     big = mp.ModelShape(
         vocab_size=151936, hidden_size=896, num_layers=24, intermediate_size=4864, num_heads=14, num_kv_heads=2
@@ -150,20 +163,36 @@ def test_the_0_5b_defaults_fit_24_gb_with_margin(monkeypatch):
 
 
 def test_an_oversized_run_is_refused_in_one_line_naming_the_keys(monkeypatch):
-    _memory(monkeypatch, 2)  # the tiny default's update needs more (every row of 2048 + 16 tokens)
+    _memory(monkeypatch, 1.5)  # the tiny default's update needs more (every row of 512 + 16 tokens)
     cfg = preflight("train", [])
     with pytest.raises(UserError) as refused:
         memory_check.check_memory(cfg)
     line = str(refused.value)
     assert "\n" not in line
-    assert "more than this machine's 2.00 GiB" in line and "(update phase)" in line
+    assert "more than this machine's 1.50 GiB" in line and "(update phase)" in line
     for key in ("trainer.micro_batch_tokens=", "trainer.micro_batch_size", "trainer.gradient_checkpointing=true"):
         assert key in line
     assert "model.lora.enabled=true" in line and "trainer.memory_check=false" in line
     assert "trainer.group_size" not in line  # the rollout fits: its keys would not help
+    assert "model.tiny.demo_turns" not in line  # the shipped build is loaded: nothing is built
     budget = int(line.split("trainer.micro_batch_tokens=")[1].split(",")[0])
     cfg.trainer.micro_batch_tokens = budget
     memory_check.check_memory(cfg)  # the budget it names fits
+
+
+def test_a_tiny_model_to_build_is_counted_and_refused_naming_the_builds_keys(monkeypatch):
+    _memory(monkeypatch, 24)
+    shipped = memory_check.plan_of(preflight("train", []))[0]
+    built = memory_check.plan_of(preflight("train", ["model.tiny.shipped=false"]))[0]
+    assert shipped.build_bytes == 0 and built.build_bytes > 0  # household's 48,000 pairs at the 512-token budget
+    memory_check.check_memory(preflight("train", ["model.tiny.shipped=false"]))
+    with pytest.raises(UserError) as refused:
+        memory_check.check_memory(preflight("train", ["model.tiny.shipped=false", "model.tiny.demo_turns=4000000"]))
+    line = str(refused.value)
+    assert "(build phase)" in line and "\n" not in line
+    for key in ("rollout.max_prompt_tokens", "model.tiny.demo_turns", "model.tiny.warmup_batch_size"):
+        assert key in line
+    assert "trainer.micro_batch_tokens" not in line  # the update fits
 
 
 def test_memory_check_false_lets_it_run(monkeypatch):
@@ -238,6 +267,24 @@ def test_the_1_5b_rollout_through_hf_generate_plans_no_row_per_generated_token()
     assert round(estimate.peak / mp.GIB, 2) == 36.95  # 73.97 while generate kept every step's scores
 
 
+def test_a_plan_made_without_a_gpu_counts_vllms_share_of_an_80_gb_gpu(monkeypatch):
+    """`agentrl config ... hardware=gpu rollout.backend=vllm` on a laptop: the plan is made before going to the
+    cluster, and counts the engine (docs/reproducing.md: 56.7 GiB, 23.9 of it vLLM's)."""
+    overrides = ["+experiment=gigpo_alfworld_1.5b", "hardware=gpu", "rollout.backend=vllm"]
+    monkeypatch.setattr(memory_check, "device_memory", lambda hardware: None)  # no CUDA here
+    cfg = preflight("train", overrides)
+    estimate, _, work, memory = memory_check.plan_of(cfg)
+    assert memory is None and work.vllm_bytes == int(0.3 * H100)
+    assert f"{estimate.peak / mp.GIB:.1f}" == "56.7"
+    text = memory_check.plan_text(cfg)
+    assert "estimated peak 56.70 GiB" in text and "vllm            23.89 GiB" in text
+    assert text.endswith("no GPU here: vLLM's 0.3 share is of an 80 GB GPU (79.65 GiB)")
+    _memory(monkeypatch, 40)  # a GPU of this machine: its own memory, and no note
+    cfg = preflight("train", overrides)
+    assert memory_check.plan_of(cfg)[2].vllm_bytes == int(0.3 * 40 * mp.GIB)
+    assert "no GPU here" not in memory_check.plan_text(cfg)
+
+
 def test_a_full_7b_update_does_not_fit_one_gpu_whatever_the_micro_batch():
     cfg = preflight("train", ["+experiment=grpo_alfworld_7b", "hardware=gpu", "rollout.backend=vllm"])
     shape, work = memory_check.model_shape(cfg.model), memory_check.workload(cfg, H100)
@@ -258,7 +305,7 @@ def test_train_refuses_before_building_anything_in_one_line(tmp_path):
 
 
 def test_cpu_ranks_share_the_machines_memory(monkeypatch):
-    _memory(monkeypatch, 4)  # the tiny default: 3.73 GiB in one process, about 2.4 per rank in two
+    _memory(monkeypatch, 2.5)  # the tiny default: 1.72 GiB in one process, about 1.36 per rank in two
     memory_check.check_memory(preflight("train", ["hardware=cpu"]))
-    with pytest.raises(UserError, match=r"more than this machine's 2\.00 GiB per rank \(2 ranks share its memory\)"):
+    with pytest.raises(UserError, match=r"more than this machine's 1\.25 GiB per rank \(2 ranks share its memory\)"):
         memory_check.check_memory(preflight("train", ["hardware=cpu_ddp"]))

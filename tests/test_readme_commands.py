@@ -9,7 +9,8 @@ How a line is read:
   names a folder that only a user's run makes; nothing is loaded, so the folder need not exist;
 - a recipe's start commands (agentrl/cli/recipes.py) take `seed=S`, the start's seed: it is read as seed=0;
 - `agentrl eval CHECKPOINT` passes the checkpoint as `checkpoint=`, and `--random` as `policy=random`, and a recipe
-  (`+experiment=NAME`) is composed as training's and handed over as `recipe_config=`, as the CLI does; `-m` composes as a multirun (every value of every sweep is checked), other Hydra flags are left out.
+  (`+experiment=NAME`) or a model (`model=NAME`) is composed as training's and handed over as `recipe_config=`, as
+  the CLI does; `-m` composes as a multirun (every value of every sweep is checked), other Hydra flags are left out.
 Skipped, each with its reason in the test id: a line whose whole word is a placeholder standing for overrides
 (`agentrl train <the run's overrides> ...`), which is not a command until the user fills it in.
 Lines that use `env=gym` or `env=gem` xfail while conf/env/<name>.yaml is not in the tree.
@@ -107,7 +108,7 @@ def test_commands_are_found():
 
 @pytest.mark.parametrize(("where", "line"), LINES, ids=[f"{w}: {line}" for w, line in LINES])
 def test_a_documented_command_composes(where, line, tmp_path):
-    from agentrl.cli.eval_recipe import names_recipe, with_recipe_config
+    from agentrl.cli.eval_recipe import names_model, names_recipe, with_recipe_config
     from agentrl.cli.launch import parse_args, preflight_groups
 
     parsed = to_args(line)
@@ -116,7 +117,7 @@ def test_a_documented_command_composes(where, line, tmp_path):
     config_name, args = parsed
     if reason := missing_env_config(args):
         pytest.xfail(reason)
-    if config_name == "eval" and names_recipe(args):
+    if config_name == "eval" and (names_recipe(args) or names_model(args)):
         args = with_recipe_config(args, tmp_path)
     command = parse_args(args)
     if command.parsed.cfg is None and command.flags and not command.parsed.multirun:

@@ -445,6 +445,8 @@ def test_a_tool_run_counts_its_tool_use(tmp_path):
     console.print(render_tool_table(report))
     text = console.export_text()
     assert "8.000 ± 0.000" in text and "2.500 ± 2.121" in text and "invalid_json 2, timeout 0.5" in text
+    result = CliRunner().invoke(app, ["report", str(tmp_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "tool use in the rollouts" in result.output
 
 
 def test_runs_without_tools_have_no_tool_table(sweep):

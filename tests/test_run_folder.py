@@ -11,6 +11,7 @@ import pytest
 from agentrl import run_folder
 from agentrl.cli.launch import preflight
 from agentrl.errors import UserError
+from tests.extras import skip_without
 
 
 def _cfg(*overrides: str):
@@ -78,6 +79,35 @@ def test_a_second_run_into_a_finished_runs_folder_is_refused_and_changes_nothing
         "(hydra.run.dir=...), or replace it with trainer.overwrite=true"
     )
     assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == before  # the lock went with the refusal
+
+
+def _failed_start(folder):
+    """A folder as a start that failed before its first iteration leaves it (a misspelt env.id)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "run.json").write_text("{}")
+    (folder / "config.yaml").write_text("seed: 0\n")
+    (folder / "train.log").write_text("error: env.id='game:GuessTheNumbr-v0' is not a GEM id\n")
+    run_folder.record_end(folder, "crashed", "env.id='game:GuessTheNumbr-v0' is not a GEM id")
+
+
+def test_a_start_that_failed_before_its_first_iteration_does_not_hold_its_folder(tmp_path):
+    _failed_start(tmp_path)
+    assert run_folder.run_status(tmp_path)["status"] == "crashed"
+    lock = run_folder.claim(tmp_path, _cfg())
+    try:
+        # the new run is the folder's run now: the failed start's end record is not its own
+        assert not (tmp_path / run_folder.ENDED).exists()
+        assert run_folder.run_status(tmp_path)["status"] == "running"
+    finally:
+        lock.release()
+
+
+def test_a_start_that_logged_an_iteration_holds_its_folder(tmp_path):
+    _failed_start(tmp_path)
+    (tmp_path / "metrics.jsonl").write_text('{"iteration": 1}\n')
+    with pytest.raises(UserError, match="already holds a run"):
+        run_folder.claim(tmp_path, _cfg())
+    assert run_folder.run_status(tmp_path)["status"] == "crashed"
 
 
 def test_overwrite_replaces_the_earlier_run(tmp_path):
@@ -186,3 +216,17 @@ def test_a_run_that_crashes_says_so_in_its_folder(run_cli, tmp_path):
     status = run_folder.run_status(folder)
     assert status["status"] == "crashed"
     assert status["line"] and status["line"] in result.stderr
+
+
+@pytest.mark.slow
+def test_a_misspelt_env_id_leaves_the_folder_to_the_corrected_rerun(run_cli, tmp_path):
+    skip_without("gem-llm", "gem")
+    folder = tmp_path / "fixed"
+    first = run_cli("train", "+debug=fast", "env=gem", "env.id=game:GuessTheNumbr-v0", f"hydra.run.dir={folder}")
+    assert first.returncode != 0 and "is not a GEM id" in first.stderr
+    assert run_folder.run_status(folder)["status"] == "crashed"
+    # the rerun reaches the environment again (misspelt once more, to stay quick), not the folder's refusal
+    second = run_cli("train", "+debug=fast", "env=gem", "env.id=game:GuessTheNumbe-v0", f"hydra.run.dir={folder}")
+    assert second.returncode != 0
+    assert "already holds a run" not in second.stderr
+    assert "game:GuessTheNumbe-v0" in second.stderr

@@ -106,11 +106,12 @@ def evaluate(
     agentrl eval outputs/<run>/checkpoints/last eval.num_tasks=200 eval.episodes_per_task=4
     agentrl eval --random env=household                 # the random admissible baseline
     agentrl eval --random +experiment=gem_sokoban       # on a recipe's env, with its eval settings
+    agentrl eval model=smollm2-135m-instruct env=household  # a model zero-shot, as training would start it
     """
     import tempfile
     from pathlib import Path
 
-    from agentrl.cli.eval_recipe import names_recipe, with_recipe_config
+    from agentrl.cli.eval_recipe import names_model, names_recipe, with_recipe_config
     from agentrl.cli.launch import run_hydra
     from agentrl.hydra_paths import hydra_quote
 
@@ -132,11 +133,11 @@ def evaluate(
         return evaluate_from_config(cfg)
 
     stopped = (
-        "agentrl eval: stopped on SIGINT; nothing was written (eval.json and trajectories.jsonl are written only "
-        "when the evaluation ends)"
+        "agentrl eval: stopped on SIGINT; trajectories.jsonl holds the episodes that ended (eval.json is written "
+        "only when the evaluation ends)"
     )
     with user_errors(), interrupt_says(stopped), tempfile.TemporaryDirectory() as scratch:
-        if names_recipe(args):  # a recipe sets training's sections: composed as `agentrl train` does (eval_recipe.py)
+        if names_recipe(args) or names_model(args):  # training's sections: composed as `agentrl train` does
             args = with_recipe_config(args, Path(scratch))
         run_hydra("eval", args, entry)
 
@@ -205,14 +206,21 @@ def config(ctx: typer.Context) -> None:
 
 
 @app.command()
-def envs() -> None:
+def envs(
+    gem: str | None = typer.Option(None, "--gem", metavar="FAMILY", help="List every GEM id of a family (rg, ...)."),
+) -> None:
     """List the environments (built-ins and installed plug-ins), whether each is usable here, and which vLLM."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
+    from agentrl.cli.env_tables import gem_family_table, gem_ids_table
     from agentrl.envs.registry import all_environments, plugin_problems
 
+    console = Console()
+    if gem is not None:
+        with user_errors():
+            return console.print(gem_family_table(gem))
     table = Table(title="agentrl environments")
     table.add_column("env=")
     table.add_column("from")
@@ -222,12 +230,9 @@ def envs() -> None:
         ok, reason = spec.availability()
         usable = "[green]yes[/]" if ok else f"[red]no[/]: {escape(reason)}"
         table.add_row(spec.name, escape(spec.source), usable, escape(spec.description))
-    console = Console()
     console.print(table)
     for line in plugin_problems():  # a broken plug-in: one line each, the others are listed above
         console.print(f"broken {line}", markup=False)
-    from agentrl.cli.env_tables import gem_ids_table
-
     if (gem_table := gem_ids_table()) is not None:
         console.print(gem_table)
     console.print(f"rollout.backend=hf: yes | rollout.backend=vllm: {_vllm_status()}", markup=False)
@@ -271,9 +276,8 @@ def report(
     from agentrl.report.plot import plot_curves
     from agentrl.report.tables import (
         failed_lines,
-        render_agent_table,
         render_table,
-        render_tool_table,
+        side_tables,
         unfinished_lines,
         warning_lines,
     )
@@ -287,10 +291,8 @@ def report(
         if not console.is_terminal and "COLUMNS" not in os.environ:  # piped into notes: do not squeeze to 80
             console = Console(width=160)
         console.print(render_table(result))
-        if (by_agent := render_agent_table(result)) is not None:
-            console.print(by_agent)
-        if (tool_use := render_tool_table(result)) is not None:
-            console.print(tool_use)
+        for table in side_tables(result):  # a team's figures by agent, tool use
+            console.print(table)
         for line in unfinished_lines(result) + failed_lines(result) + warning_lines(result):
             typer.echo(line)
         typer.echo(f"numbers: {summary}")

@@ -190,10 +190,23 @@ def check_cross_fields(cfg: Any) -> None:
         check_lora(cfg.model.lora)
         if cfg.model.tiny is not None:
             check_tiny(cfg.model.tiny)
-            if cfg.model.registry:  # the tiny model would be built and the registry model ignored
-                raise UserError(
-                    f"model.registry={cfg.model.registry} has no effect with model=tiny; use model={cfg.model.registry}"
-                )
+            check_tiny_beside_pretrained(cfg.model)
+
+
+def check_tiny_beside_pretrained(model: Any) -> None:
+    """The tiny model's settings and a pretrained model's source (model.registry, model.hub_id) in one config: the
+    tiny model would be built and the other ignored. Said from the side the user chose: with model=tiny, the
+    pretrained key does nothing; with a pretrained model=NAME, the model.tiny.* keys do nothing."""
+    source = ("model.registry", model.registry) if model.registry else ("model.hub_id", model.hub_id)
+    if not source[1]:
+        return
+    if model.name == "tiny":
+        fix = f"use model={model.registry}" if model.registry else "choose a model= that loads it (agentrl models list)"
+        raise UserError(f"{source[0]}={source[1]} has no effect with model=tiny; {fix}")
+    raise UserError(
+        f"model.tiny.* has no effect with model={model.name}: only the tiny model reads them; drop them, or use "
+        "model=tiny"
+    )
 
 
 def check_generate_in_bf16(rollout: Any, hardware: Any) -> None:

@@ -195,6 +195,6 @@ class EvalRunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     output: str | None = checked(None, MinLen(1))  # default: <checkpoint>/eval-<split> or the Hydra run folder
     # `agentrl eval ... +experiment=NAME` writes the recipe's env and eval here (cli/eval_recipe.py); they win over
-    # a checkpoint's run
+    # a checkpoint's run. `agentrl eval model=NAME` writes the model and rollout too: that model plays, zero-shot
     recipe_config: str | None = checked(None, MinLen(1))
     seed: int = checked(0, SEED)

@@ -305,6 +305,25 @@ def registered_ids() -> list[str]:
     return list(ENV_REGISTRY)
 
 
+def unknown_id_line(env_id: str, known: list[str]) -> str:
+    """The one line for an id GEM does not register: the closest ids (difflib), else GEM's families, and the
+    command that lists the ids."""
+    import difflib
+
+    families = sorted({i.split(":", 1)[0] for i in known})
+    family = env_id.split(":", 1)[0] if ":" in env_id else None
+    close = difflib.get_close_matches(env_id, known, n=3, cutoff=0.6)
+    if close:
+        choices = close[0] if len(close) == 1 else f"{', '.join(close[:-1])} or {close[-1]}"
+        hint = f"did you mean {choices}?"
+    else:
+        hint = f"GEM's families: {' '.join(f + ':' for f in families)}"
+    listing = (
+        f"agentrl envs --gem {family} lists every {family}: id" if family in families else "agentrl envs lists them"
+    )
+    return f"env.id={env_id!r} is not a GEM id; {hint} ({listing})"
+
+
 def refusal(env_id: str) -> str | None:
     """Why an id cannot run here, in a few words, or None."""
     for prefix, why in OFFLINE_REFUSALS.items():
@@ -330,12 +349,7 @@ def build(env_cfg: Any):
     env_id = str(env_cfg.id)
     known = registered_ids()
     if env_id not in known:
-        families = sorted({i.split(":", 1)[0] + ":" for i in known})
-        games = ", ".join(i for i in known if i.startswith("game:") and refusal(i) is None)
-        raise UserError(
-            f"env.id={env_id!r} is not a GEM id; GEM's families: {' '.join(families)}; its games that run here: "
-            f"{games} (agentrl envs lists them all)"
-        )
+        raise UserError(unknown_id_line(env_id, known))
     why = refusal(env_id)
     if why is not None:
         raise UserError(f"env.id={env_id} cannot run here: {why} (agentrl envs lists the ids that can)")

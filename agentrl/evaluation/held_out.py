@@ -9,8 +9,6 @@ writes eval.json and trajectories.jsonl and prints the protocol it used.
 from __future__ import annotations
 
 import dataclasses
-import json
-import logging
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
@@ -18,13 +16,12 @@ from typing import Any
 
 from agentrl.checkpoints import CHECKPOINTS, LAST, MODEL_CONFIGS
 from agentrl.errors import UserError
+from agentrl.evaluation.results import EpisodeLog, print_protocol, print_table, write_results
 from agentrl.models.load import load_tokenizer
 from agentrl.models.lora import training_config
 from agentrl.rollout.batch import StepBatch, summarize
 from agentrl.rollout.collector import Policy, PromptSpec, collect
 from agentrl.run_folder import as_container
-
-log = logging.getLogger(__name__)
 
 
 def evaluation_split(eval_cfg: Any, suite) -> str:
@@ -125,19 +122,30 @@ def evaluate_from_config(cfg: Any) -> float:
 
     hf_logging.disable_progress_bar()
     checkpoint = trained = None
-    if cfg.policy == "checkpoint":
+    recipe = _recipe(cfg.recipe_config) if cfg.recipe_config else None
+    zero_shot = recipe is not None and recipe.get("model") is not None  # model=NAME on the command line
+    if zero_shot and (cfg.checkpoint or cfg.policy == "random"):
+        raise UserError(
+            "model=... evaluates that model zero-shot; a checkpoint carries its own model and --random plays none: "
+            "give one of the three"
+        )
+    if cfg.policy == "checkpoint" and not zero_shot:
         if not cfg.checkpoint:
-            raise UserError("give a checkpoint (agentrl eval outputs/<run>) or --random for the baseline")
+            raise UserError(
+                "give a checkpoint (agentrl eval outputs/<run>), a model (agentrl eval model=NAME) or --random "
+                "for the baseline"
+            )
         checkpoint = resolve_checkpoint(cfg.checkpoint)
         trained = training_config(checkpoint)
-    # whose env and eval settings the evaluation takes: a recipe named on the command line, else the checkpoint's run
-    setting = _recipe(cfg.recipe_config) if cfg.recipe_config else trained
+    # whose env and eval settings the evaluation takes: a recipe or model named on the command line, else the
+    # checkpoint's run
+    setting = recipe if recipe is not None else trained
     env_cfg = _env_of_checkpoint(setting, cfg)
     eval_cfg, sources = eval_of_run(
         cfg.eval,
         setting.get("eval") if setting is not None else None,
         _given("eval"),
-        "recipe" if cfg.recipe_config else "run",
+        "composed" if zero_shot else "recipe" if cfg.recipe_config else "run",
     )
     suite = make_suite(env_cfg)
     split = evaluation_split(eval_cfg, suite)
@@ -148,13 +156,17 @@ def evaluate_from_config(cfg: Any) -> float:
         sampling = eval_sampling(eval_cfg, trained.rollout if trained is not None else cfg.rollout)
         policy = _checkpoint_policy(cfg, checkpoint, trained, sampling, scratch, eval_cfg.seed)
         policy_name = str(checkpoint)
+    elif zero_shot:  # as `agentrl train model=NAME` starts: its generation length and prompt budget
+        sampling = eval_sampling(eval_cfg, recipe.rollout)
+        policy = _model_policy(cfg, recipe.model, env_cfg, sampling, scratch, eval_cfg.seed)
+        policy_name = f"model={recipe.model.name}, zero-shot"
     else:
         policy, policy_name = RandomPolicy.for_suite(suite, eval_cfg.seed), "random admissible policy"
 
     out_dir = Path(cfg.output) if cfg.output else Path(HydraConfig.get().runtime.output_dir)
     protocol = {
         "policy": policy_name,
-        "backend": cfg.rollout.backend if checkpoint is not None else None,  # who generates
+        "backend": cfg.rollout.backend if checkpoint is not None or zero_shot else None,  # who generates
         "env": as_container(env_cfg),
         "split": split,
         "tasks": len(tasks),
@@ -163,11 +175,12 @@ def evaluate_from_config(cfg: Any) -> float:
         "temperature": "greedy" if eval_cfg.greedy else eval_cfg.temperature,
         "sources": sources,  # eval.<key>: "run" (the training run's eval), "command line" or "default"
     }
-    _print_protocol(protocol)
+    print_protocol(protocol)
     prompt = PromptSpec(env_cfg.prompt_template, env_cfg.history_length)
     episodes = len(tasks) * eval_cfg.episodes_per_task
     with (
         scratch,
+        EpisodeLog(out_dir) as ended,
         make_pool(suite.make_env, env_cfg.num_workers, env_cfg.step_timeout_s) as pool,
         Phase(f"evaluating ({episodes} episodes in lockstep), turn", env_cfg.max_steps or suite.max_steps) as phase,
     ):
@@ -182,10 +195,11 @@ def evaluate_from_config(cfg: Any) -> float:
             pool=pool,
             keep_transcripts=True,
             on_turn=phase.reach,
+            on_episode_end=ended.write,
         )
     metrics = summarize(batch, "eval")
-    _print_table(metrics)
-    _write_results(out_dir, protocol, metrics, batch)
+    print_table(metrics)
+    write_results(out_dir, protocol, metrics, batch)
     return metrics.get("eval/success", 0.0)
 
 
@@ -215,6 +229,27 @@ def _checkpoint_policy(
     model, tokenizer = lora.load_checkpoint(
         checkpoint, cfg.hardware.precision, cfg.hardware.device, trained, attention=attention
     )
+    return HFPolicy(model, tokenizer, sampling)
+
+
+def _model_policy(cfg: Any, model_cfg: Any, env_cfg: Any, sampling, scratch: ExitStack, seed: int) -> Policy:
+    """The policy of a model= choice as training loads it (the tiny model's build, a registry model's conversion,
+    model.path or the hub id), on rollout.backend; no LoRA adapter (training would add a fresh one: zero-shot,
+    it is the base model)."""
+    from agentrl.models.load import load_policy, resolve_model_source
+
+    if cfg.rollout.backend == "vllm":
+        from agentrl.rollout.vllm_engine import engine_dtype
+        from agentrl.rollout.vllm_policy import make_eval_policy
+
+        source = resolve_model_source(model_cfg, env_cfg)
+        dtype = engine_dtype(cfg.hardware.precision)
+        policy = make_eval_policy(source, load_tokenizer(source), sampling, cfg.rollout.vllm, seed=seed, dtype=dtype)
+        scratch.callback(policy.close)
+        return policy
+    from agentrl.rollout.policies import HFPolicy
+
+    model, tokenizer = load_policy(model_cfg, env_cfg, cfg.hardware)
     return HFPolicy(model, tokenizer, sampling)
 
 
@@ -255,8 +290,8 @@ def eval_of_run(
     The training run's own `eval` (split, tasks, episodes per task, temperature or greedy, seed) wins over
     conf/eval.yaml's defaults, so that a checkpoint scores under `agentrl eval` what it scored in training's
     final evaluation; a key given on the command line wins over both. Without a run (a baseline, or a plain
-    model folder) the defaults stand. `source` names where `run_eval` came from ("run", or "recipe" for a recipe
-    named on the command line)."""
+    model folder) the defaults stand. `source` names where `run_eval` came from ("run", "recipe" for a recipe
+    named on the command line, "composed" for the training config of a model named there)."""
     from_run, sources = {}, {}
     for spec in dataclasses.fields(eval_cfg):
         key = spec.name
@@ -267,81 +302,3 @@ def eval_of_run(
         else:
             sources[key] = "default"
     return dataclasses.replace(eval_cfg, **from_run), sources
-
-
-def _print_protocol(protocol: dict) -> None:
-    from rich.console import Console
-
-    console = Console()
-    console.print("[bold]evaluation protocol[/]")
-    for key in ("policy", "backend", "split", "tasks", "episodes_per_task", "seed", "temperature"):
-        console.print(f"  {key}: {protocol[key]}")
-    console.print(f"  env: {protocol['env']}")
-    by_source: dict[str, list[str]] = {}
-    for key, source in protocol["sources"].items():
-        by_source.setdefault(source, []).append(f"eval.{key}")
-    # which values follow the training run, and which the command line changed
-    said = {
-        "run": "the training run",
-        "recipe": "the recipe",
-        "command line": "the command line",
-        "default": "conf/eval.yaml",
-    }
-    line = "; ".join(f"from {said[s]}: {', '.join(keys)}" for s, keys in sorted(by_source.items()))
-    console.print(f"  {line}", soft_wrap=True, markup=False)
-
-
-def _print_table(metrics: dict[str, float]) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    table = Table(title="held-out results")
-    table.add_column("task type")
-    table.add_column("success", justify="right")
-    rows = sorted(k for k in metrics if k.endswith("/success") and k.count("/") == 2)
-    table.add_row("[bold]all[/]", f"[bold]{metrics['eval/success']:.3f}[/]")
-    for key in rows:
-        table.add_row(key.split("/")[1], f"{metrics[key]:.3f}")
-    console = Console()
-    console.print(table)
-    agents = sorted({k.split("/")[2] for k in metrics if k.startswith("eval/agent/")})
-    if agents:  # a team: who fails, and whose replies do not parse
-        by_agent = Table(title="by agent")
-        for column in ("agent", "success of its episodes", "invalid rate", "share of turns"):
-            by_agent.add_column(column, justify="left" if column == "agent" else "right")
-        for agent in agents:
-            figures = (metrics[f"eval/agent/{agent}/{m}"] for m in ("success", "invalid_rate", "turn_share"))
-            by_agent.add_row(agent, *(f"{v:.3f}" for v in figures))
-        console.print(by_agent)
-    summary = {k: v for k, v in metrics.items() if k.count("/") == 1 and not k.endswith("/success")}
-    console.print("  ".join(f"{k.split('/')[1]}={v:.3f}" for k, v in summary.items()))
-
-
-def _write_results(out_dir: Path, protocol: dict, metrics: dict, batch: StepBatch) -> None:
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "eval.json").write_text(json.dumps({"protocol": protocol, "metrics": metrics}, indent=2))
-        with (out_dir / "trajectories.jsonl").open("w") as f:
-            for e in batch.episodes:
-                f.write(
-                    json.dumps(
-                        {
-                            "task_id": e.task_id,
-                            "task_type": e.task_type,
-                            "won": e.won,
-                            "return": e.ret,
-                            "length": e.length,
-                            "fault": e.fault,
-                            "turns": e.transcript,
-                            # env=tools: the conversation (the calls in the assistant's tool_calls, each result a
-                            # tool message) and the episode's tool counts (tool_calls, tool_errors/<kind>)
-                            **({"messages": e.messages} if e.messages is not None else {}),
-                            **({"counts": e.counts} if e.counts else {}),
-                        }
-                    )
-                    + "\n"
-                )
-    except OSError as err:
-        raise UserError(f"cannot write the results to {out_dir}: {err.strerror}") from None
-    log.info("wrote %s and trajectories.jsonl", out_dir / "eval.json")
-    print(f"results: {out_dir / 'eval.json'}")

@@ -26,7 +26,16 @@ GENERATION_KEYS = (
     "rollout.max_prompt_tokens",
 )
 # the phase that holds each term; the others are held all along
-PHASE = {name: "update" for name in mp.MemoryPlan.update} | {name: "generation" for name in mp.MemoryPlan.generation}
+PHASE = (
+    {name: "update" for name in mp.MemoryPlan.update}
+    | {name: "generation" for name in mp.MemoryPlan.generation}
+    | {name: "build" for name in mp.MemoryPlan.build}
+)
+# Keys that shrink the tiny model's build (where the run builds one first)
+BUILD_KEYS = ("rollout.max_prompt_tokens", "model.tiny.demo_turns", "model.tiny.warmup_batch_size")
+# The GPU a plan made without one (a laptop, before going to the cluster) sizes vLLM's share on: an 80 GB H100 or A100
+# as nvidia-smi reports it (81,559 MiB)
+PLANNED_GPU_BYTES = 81559 * 1024**2
 
 
 def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
@@ -54,11 +63,45 @@ def workload(cfg: Any, device_bytes: int | None) -> mp.Workload:
         lora_rank=lora.rank if lora.enabled else None,
         lora_targets=tuple(lora.target_modules),
         generation_rows=0 if vllm else math.ceil(episodes / ranks),
-        vllm_bytes=int(r.vllm.gpu_memory_utilization * device_bytes) if colocated and device_bytes else 0,
+        vllm_bytes=int(r.vllm.gpu_memory_utilization * _engine_device_bytes(device, device_bytes)) if colocated else 0,
         shards=ranks if strategy in ("deepspeed_zero3", "fsdp") else 1,
         optimizer_shards=ranks if strategy == "deepspeed_zero2" else 1,
         generate_in_bf16=bool(r.generate_in_bf16),
+        **tiny_build_sizes(cfg),
     )
+
+
+def tiny_build_sizes(cfg: Any) -> dict[str, int]:
+    """The Workload's build fields where the run builds the tiny model before it starts (no model.path, and neither
+    the shipped build nor a cached one fits the config), else none."""
+    tiny_cfg = cfg.model.tiny
+    if tiny_cfg is None or cfg.model.path:
+        return {}
+    from agentrl.models import tiny
+
+    if tiny.available_build(tiny_cfg, cfg.env) is not None:
+        return {}
+    return {
+        "build_pairs": tiny.demonstration_turns(tiny_cfg, cfg.env.name),
+        "build_rows": tiny_cfg.warmup_batch_size,
+        "build_prompt_tokens": tiny_cfg.max_prompt_tokens,
+    }
+
+
+def _engine_device_bytes(device: str, device_bytes: int | None) -> int:
+    """The memory vLLM's colocated share is taken of: this machine's device, or, where it has no GPU to ask,
+    `PLANNED_GPU_BYTES` for a CUDA plan (0 for a CPU that cannot say)."""
+    if device_bytes:
+        return device_bytes
+    return PLANNED_GPU_BYTES if device == "cuda" else 0
+
+
+def planned_gpu_note(cfg: Any, memory: int | None) -> str | None:
+    """The line a plan shows where vLLM's share is of `PLANNED_GPU_BYTES`, not of a GPU of this machine."""
+    r = cfg.rollout
+    if memory or cfg.hardware.device != "cuda" or r.backend != "vllm" or r.vllm.mode != "colocate":
+        return None
+    return f"no GPU here: vLLM's {r.vllm.gpu_memory_utilization} share is of an 80 GB GPU ({gib(PLANNED_GPU_BYTES)})"
 
 
 def model_shape(model_cfg: Any) -> mp.ModelShape | None:
@@ -174,8 +217,10 @@ def sharing_ranks(cfg: Any) -> int:
 
 def refusal(cfg: Any, estimate: mp.MemoryPlan, shape: mp.ModelShape, work: mp.Workload, memory: int) -> str:
     """The refusal line: the estimate, the device's memory, and the keys that bring the larger phases down."""
-    staying = estimate.peak - max(estimate.update_bytes, estimate.generation_bytes)
+    staying = estimate.staying_bytes
     keys: list[str] = []
+    if staying + estimate.build_bytes > memory:
+        keys.extend(BUILD_KEYS)
     if staying + estimate.update_bytes > memory:
         budget = mp.largest_fitting_budget(shape, work, memory)
         keys.append(f"trainer.micro_batch_tokens={budget}" if budget else UPDATE_KEYS[0])
@@ -213,6 +258,8 @@ def plan_text(cfg: Any) -> str:
     lines = [f"memory plan: estimated peak {gib(estimate.peak)} per device{against} ({estimate.larger_phase} phase)"]
     for name, size in estimate.terms.items():
         lines.append(f"  {name:<12} {gib(size):>12}  {PHASE.get(name, 'always')}")
+    if note := planned_gpu_note(cfg, memory):
+        lines.append(f"  {note}")
     return "\n".join(lines)
 
 
@@ -226,7 +273,8 @@ def plan_table(cfg: Any):
     estimate, _, _, memory = found
     against = f" of {gib(memory)}" if memory else ""
     title = f"memory plan: peak {gib(estimate.peak)} per device{against} ({estimate.larger_phase} phase)"
-    table = Table(title=title, title_justify="left", min_width=len(title))
+    note = planned_gpu_note(cfg, memory)
+    table = Table(title=title, title_justify="left", min_width=len(title), caption=note, caption_justify="left")
     table.add_column("term")
     table.add_column("GiB", justify="right")
     table.add_column("held")

@@ -4,9 +4,10 @@ The peak is the memory that stays for the whole run plus the larger of the two p
 which never overlap (the rollout's generation buffers are freed before the update starts, and the update's
 gradients are freed, `zero_grad(set_to_none=True)`, before the next rollout):
 
-    peak = runtime + weights + optimizer + reference + vllm + max(update, generation)
+    peak = runtime + weights + optimizer + reference + vllm + max(update, generation, build)
     update = gradients + activations + lm_head
     generation = kv_cache + logprob_row + prefill + bf16_weights
+    build = build_data + warmup   (the tiny model's build, where the run builds one before it starts)
 
 Each term is a pure function below, its formula in its docstring. The shapes are a Hugging Face config.json's
 (`ModelShape`); the sizes the config's (`Workload`). Sizes in bytes; b is the bytes of one value in
@@ -43,6 +44,14 @@ NORM_FP32_VECTORS = 4
 # Python, torch, tokenizers and the environments (CPU: measured ~0.8 GiB RSS before the model loads);
 # on CUDA, the context the driver keeps on the device
 RUNTIME_BYTES = {"cpu": GIB, "cuda": GIB // 2}
+# The tiny model's build (agentrl/models/tiny.py): bytes its warm-up data set holds per token id (input ids and
+# labels as Python lists, their Arrow copy, and one tokenizer chunk's record), measured on the tests' verbose
+# environment (scripts/bench_build_memory.py), and characters of prompt text it keeps a token (rollout/prompts.py)
+BUILD_BYTES_PER_ID = 160
+BUILD_CHARS_PER_TOKEN = 8
+# The warm-up's loss comes from the full logits (models/fine_tune.py, full_logits_trainer): the logits, their
+# log-softmax and its gradient, each tokens x V in fp32
+WARMUP_LOGIT_COPIES = 3
 LORA_MODULE_SHAPES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
@@ -129,6 +138,9 @@ class Workload:
     shards: int = 1  # ZeRO-3 / FSDP split weights, gradients and moments over this many ranks
     optimizer_shards: int = 1  # ZeRO-2 splits gradients and moments only
     generate_in_bf16: bool = False  # rollout.generate_in_bf16: bf16 weights beside the fp32 ones while generating
+    build_pairs: int = 0  # demonstration pairs of a tiny model the run builds first (0: it builds none)
+    build_rows: int = 0  # rows of one warm-up step (model.tiny.warmup_batch_size)
+    build_prompt_tokens: int = 0  # the build's prompt budget (model.tiny.max_prompt_tokens)
 
     @property
     def row_tokens(self) -> int:
@@ -237,6 +249,22 @@ def bf16_weights(shape: ModelShape, w: Workload) -> int:
     return parameter_count(shape) * 2 if w.generate_in_bf16 else 0
 
 
+def build_data(w: Workload) -> int:
+    """The build's demonstrations, at most pairs * (P + R) ids at BUILD_BYTES_PER_ID each, and their prompts' text,
+    pairs * P * 8 characters (P: the build's prompt budget, R: a reply's max_new). Household's pairs average a quarter
+    of the budget: the bound is for environments whose prompts fill it."""
+    ids = w.build_pairs * (w.build_prompt_tokens + w.max_new_tokens) * BUILD_BYTES_PER_ID
+    return ids + w.build_pairs * w.build_prompt_tokens * BUILD_CHARS_PER_TOKEN
+
+
+def warmup(shape: ModelShape, w: Workload) -> int:
+    """One warm-up step of rows * (P + R) tokens in fp32: T * L * A (as `activations`) plus the full logits' copies,
+    T * V * 4 * 3."""
+    tokens = w.build_rows * (w.build_prompt_tokens + w.max_new_tokens) if w.build_pairs else 0
+    per_layer = activation_bytes_per_token_layer(shape, FP32)
+    return tokens * (shape.num_layers * per_layer + shape.vocab_size * FP32 * WARMUP_LOGIT_COPIES)
+
+
 @dataclass
 class MemoryPlan:
     """The estimate's terms (bytes) and the peak they add up to."""
@@ -244,24 +272,33 @@ class MemoryPlan:
     terms: dict[str, int] = field(default_factory=dict)
     update: tuple[str, ...] = ("gradients", "activations", "lm_head")
     generation: tuple[str, ...] = ("kv_cache", "logprob_row", "prefill", "bf16_weights")
+    build: tuple[str, ...] = ("build_data", "warmup")
 
     @property
     def update_bytes(self) -> int:
-        return sum(self.terms[k] for k in self.update)
+        return sum(self.terms.get(k, 0) for k in self.update)
 
     @property
     def generation_bytes(self) -> int:
-        return sum(self.terms[k] for k in self.generation)
+        return sum(self.terms.get(k, 0) for k in self.generation)
+
+    @property
+    def build_bytes(self) -> int:
+        return sum(self.terms.get(k, 0) for k in self.build)
+
+    @property
+    def staying_bytes(self) -> int:
+        return sum(v for k, v in self.terms.items() if k not in self.update + self.generation + self.build)
 
     @property
     def peak(self) -> int:
-        """Everything that stays, plus the larger phase of an iteration."""
-        staying = sum(v for k, v in self.terms.items() if k not in self.update + self.generation)
-        return staying + max(self.update_bytes, self.generation_bytes)
+        """Everything that stays, plus the largest phase: an iteration's update or generation, or the build."""
+        return self.staying_bytes + max(self.update_bytes, self.generation_bytes, self.build_bytes)
 
     @property
     def larger_phase(self) -> str:
-        return "update" if self.update_bytes >= self.generation_bytes else "generation"
+        phases = {"update": self.update_bytes, "generation": self.generation_bytes, "build": self.build_bytes}
+        return max(phases, key=lambda name: phases[name])  # the first of equals: update
 
 
 def plan(shape: ModelShape, w: Workload) -> MemoryPlan:
@@ -280,6 +317,8 @@ def plan(shape: ModelShape, w: Workload) -> MemoryPlan:
             "logprob_row": logprob_row(shape, w),
             "prefill": prefill(shape, w),
             "bf16_weights": bf16_weights(shape, w),
+            "build_data": build_data(w),
+            "warmup": warmup(shape, w),
         }
     )
 

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from agentrl.cache import cache_root, make_cache_folder
+from agentrl.models.tiny_tokenizer import build_tokenizer, tokenizer_text
 from agentrl.run_folder import as_container
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,6 @@ BUILD_VERSION = 5
 # Turns of demonstrations unless demo_turns says: on an engine (ALFWorld, ScienceWorld, plug-ins: tens of ms a step)
 # this many; in process at least this many (the tokenizer's text), and one for every row the warm-up trains on.
 DEMO_TURNS = 4000
-# At most this many characters of demonstrations train the tokenizer: household's 48,000 turns hold about 17 million.
-TOKENIZER_TEXT_CHARS = 32_000_000
 # Pairs whose mean length in tokens sizes the warm-up (warmup_step_count).
 TOKEN_SAMPLE = 512
 # Turns the build's check plays (fewer where the demonstrations are fewer: a tenth of them).
@@ -65,12 +64,6 @@ FINGERPRINT_TURNS = 200
 # Builds below it have not learned in RL (model.tiny.seed=2 on an AMD EPYC: 0.73 and 0.34, held-out 0.00 after
 # 50 iterations); inside it RL still differs from build to build.
 EXPLORING_START = {"admissible_entropy": 0.78, "admissible_mass": 0.70}
-SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-TAG_TOKENS = ["<action>", "</action>", "<think>", "</think>"]
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
 
 
 # The engine packages whose versions change an environment's demonstration text.
@@ -172,6 +165,21 @@ def shipped_build(tiny_cfg: Any, env_cfg: Any) -> Path | None:
     return folder
 
 
+def cached_build_folder(tiny_cfg: Any, env_cfg: Any) -> Path:
+    """Where the build of this config is cached (it may not be there yet)."""
+    return cache_root(tiny_cfg.cache_dir) / "tiny" / f"{env_cfg.name}-{cache_key(tiny_cfg, env_cfg)}"
+
+
+def available_build(tiny_cfg: Any, env_cfg: Any) -> Path | None:
+    """The shipped build that fits this config, else its cached build, else None (it would be built): the memory plan
+    counts the build's phase where this is None."""
+    shipped = shipped_build(tiny_cfg, env_cfg)
+    if shipped is not None:
+        return shipped
+    cached = cached_build_folder(tiny_cfg, env_cfg)
+    return cached if (cached / "warmup.json").is_file() else None
+
+
 def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     """The folder of the tiny model for this config: the shipped build where it matches, else the cached build,
     built if it is not cached yet."""
@@ -179,7 +187,7 @@ def ensure_tiny_model(tiny_cfg: Any, env_cfg: Any) -> Path:
     if shipped is not None:
         log.info("tiny model: agentrl's shipped build (%s; model.tiny.shipped=false builds one here)", shipped)
         return shipped
-    target = cache_root(tiny_cfg.cache_dir) / "tiny" / f"{env_cfg.name}-{cache_key(tiny_cfg, env_cfg)}"
+    target = cached_build_folder(tiny_cfg, env_cfg)
     if (target / "warmup.json").is_file():
         return target
     make_cache_folder(target.parent)
@@ -228,55 +236,6 @@ def _random_play(suite, env_cfg: Any, tiny_cfg: Any, turns: int, doing: str):
 
     policy = RandomPolicy.for_suite(suite, tiny_cfg.seed)  # one line where no random policy can play the env
     return _play(suite, env_cfg, policy, "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing, tiny_cfg)
-
-
-def build_tokenizer(texts: list[str], vocab_size: int):
-    """A byte-level BPE tokenizer trained on `texts`, split and normalised exactly as Qwen2's.
-
-    Every reader must get the ids of training. `AutoTokenizer.from_pretrained` on a folder whose
-    config says qwen2 (vLLM, evaluation harnesses, users' scripts) ignores tokenizer.json's own
-    pre-tokenizer and rebuilds the tokenizer as `Qwen2Tokenizer` from its vocabulary and merges.
-    With Qwen2's own pipeline here (NFC, Qwen2's split regex, byte-level without GPT-2's regex),
-    that rebuild is the same tokenizer. (GPT-2's split, used before, keeps " 1" whole where Qwen2
-    splits digits off, so "go to fridge 1" had 4 ids here and 5 in every other reader.)
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-    from transformers.models.qwen2.tokenization_qwen2 import PRETOKENIZE_REGEX
-
-    core = Tokenizer(models.BPE())
-    core.normalizer = normalizers.NFC()
-    core.pre_tokenizer = pre_tokenizers.Sequence(
-        [
-            pre_tokenizers.Split(Regex(PRETOKENIZE_REGEX), behavior="isolated", invert=False),
-            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-        ]
-    )
-    core.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=SPECIAL_TOKENS,
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    core.train_from_iterator(texts, trainer)
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", padding_side="left"
-    )
-    tokenizer.add_tokens(TAG_TOKENS)
-    tokenizer.chat_template = CHAT_TEMPLATE
-    return tokenizer
-
-
-def tokenizer_text(pairs: list[tuple[str, str]]) -> list[str]:
-    """The text the tokenizer learns from: every prompt, then every reply. Where they hold more than
-    TOKENIZER_TEXT_CHARS characters, evenly spaced pairs up to that many (a bounded sample: the prompts are already
-    cut to the text their budget can reach, `_play`)."""
-    size = sum(len(p) + len(c) for p, c in pairs)
-    if size > TOKENIZER_TEXT_CHARS:
-        keep = max(1, len(pairs) * TOKENIZER_TEXT_CHARS // size)
-        pairs = [pairs[i * len(pairs) // keep] for i in range(keep)]
-    return [p for p, _ in pairs] + [c for _, c in pairs]
 
 
 def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:

@@ -29,7 +29,7 @@ DEMO_EPISODES = 1500
 def build_tool_tokenizer(texts: list[str], vocab_size: int):
     """tiny.py's byte-level BPE tokenizer, trained on rendered conversations, with the tool tokens added and
     Qwen2.5's tool template as its chat template."""
-    from agentrl.models.tiny import build_tokenizer
+    from agentrl.models.tiny_tokenizer import build_tokenizer
     from agentrl.rollout.chat_tools import qwen_tool_template
 
     tokenizer = build_tokenizer(texts, vocab_size)

@@ -92,6 +92,11 @@ def render_tool_table(report: Report):
     return table
 
 
+def side_tables(report: Report) -> list:
+    """The tables beside the main one, where the runs logged what they show: by agent, tool use."""
+    return [table for table in (render_agent_table(report), render_tool_table(report)) if table is not None]
+
+
 def failed_lines(report: Report) -> list[str]:
     """One line per run that failed or logged no value of the metric."""
     header = [f"{len(report.failed)} run(s) failed or logged no {report.metric}:"] if report.failed else []

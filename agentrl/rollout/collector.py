@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from agentrl.envs.base import Observation, Step, Task, TaskSuite
@@ -93,8 +93,9 @@ class _Episode:
     """Mutable state of one running episode; its environment is the pool's slot `index`; `conv` is its
     conversation as the dialect keeps it (agentrl/rollout/dialects.py)."""
 
-    def __init__(self, index: int, group: int, task: Task, dialect: Dialect):
+    def __init__(self, index: int, group: int, task: Task, dialect: Dialect, keep_messages: bool = False):
         self.index, self.group, self.task = index, group, task
+        self.dialect, self.keep_messages = dialect, keep_messages
         self.conv = dialect.open(task)
         self.observation: Observation | None = None
         self.result = EpisodeResult(index, group, task.task_id, task.task_type)
@@ -114,6 +115,7 @@ def collect(
     on_turn: Callable[[int, int], None] | None = None,
     lockstep: Lockstep | None = None,
     turns: str = "lockstep",
+    on_episode_end: Callable[[EpisodeResult], None] | None = None,
 ) -> StepBatch:
     """Roll out `group_size` episodes of each task in lockstep.
 
@@ -123,6 +125,8 @@ def collect(
     turn (progress reports). `lockstep` (the trainer's) is asked before each turn and once at the end whether to
     play on and whether a stop abandons the rollout (`RolloutAbandoned`); with several ranks it asks them all.
     `turns="ready"`: each episode's turns as its environment answers (agentrl/rollout/ready_turns.py).
+    `on_episode_end(result)` is called with each episode's final result as the episode ends (`agentrl eval` writes
+    it out then, so that a killed evaluation keeps the episodes it finished).
     """
     if turns != "lockstep":
         if turns not in TURNS:
@@ -140,19 +144,23 @@ def collect(
             keep_transcripts=keep_transcripts,
             on_turn=on_turn,
             lockstep=lockstep,
+            on_episode_end=on_episode_end,
         )
     limit = max_steps or suite.max_steps
     dialect = make_dialect(prompt, suite, policy)
     own_pool = pool is None
     if pool is None:
         pool = InlinePool(suite.make_env)
-    episodes = _episodes(tasks, group_size, dialect)
+    episodes = _episodes(tasks, group_size, dialect, keep_messages=keep_transcripts)
     try:
         _reset(pool, episodes)
+        for ep in episodes:
+            if ep.done:  # its reset faulted
+                _ended(ep, on_episode_end)
         batch = StepBatch()
         for t in range(limit):
             active = [ep for ep in episodes if not ep.done]
-            active, turns = _turns(active, dialect, [t] * len(active))
+            active, turns = _turns(active, dialect, [t] * len(active), on_episode_end)
             going = _keep_going(policy, bool(active))
             if lockstep is not None:
                 going = _agreed(lockstep, going, t)
@@ -168,6 +176,8 @@ def collect(
                 batch.append(row)
                 _advance(ep, row, reading.action, outcome, last_turn=t == limit - 1, keep_transcript=keep_transcripts)
                 dialect.advance(ep.conv, turn, reply, reading, outcome)
+                if ep.done:
+                    _ended(ep, on_episode_end)
             if on_turn is not None:
                 on_turn(t + 1, limit)
         if lockstep is not None:
@@ -175,14 +185,18 @@ def collect(
     finally:
         if own_pool:
             pool.close()
-    if keep_transcripts:
-        _keep_messages(episodes, dialect)
+    _keep_messages(episodes)  # those a stop left unended
     return _with_outcomes(batch, episodes)
 
 
-def _episodes(tasks: Sequence[Task], group_size: int, dialect: Dialect) -> list[_Episode]:
-    """`group_size` episodes of each task, numbered group by group (an episode's number is its pool slot)."""
-    return [_Episode(g * group_size + k, g, task, dialect) for g, task in enumerate(tasks) for k in range(group_size)]
+def _episodes(tasks: Sequence[Task], group_size: int, dialect: Dialect, keep_messages: bool = False) -> list[_Episode]:
+    """`group_size` episodes of each task, numbered group by group (an episode's number is its pool slot); with
+    `keep_messages`, each keeps its conversation as chat messages where the dialect has one (`_keep_messages`)."""
+    return [
+        _Episode(g * group_size + k, g, task, dialect, keep_messages)
+        for g, task in enumerate(tasks)
+        for k in range(group_size)
+    ]
 
 
 def _reset(pool: EnvPool, episodes: list[_Episode]) -> None:
@@ -194,10 +208,20 @@ def _reset(pool: EnvPool, episodes: list[_Episode]) -> None:
             ep.observation = first
 
 
-def _keep_messages(episodes: list[_Episode], dialect: Dialect) -> None:
-    """Each episode's conversation as chat messages, where its dialect keeps one (the tool route)."""
+def _keep_messages(episodes: list[_Episode]) -> None:
+    """Each episode's conversation as chat messages into its result, where it keeps them and its dialect has one
+    (the tool route)."""
     for ep in episodes:
-        ep.result.messages = dialect.messages(ep.conv)
+        if ep.keep_messages:
+            ep.result.messages = ep.dialect.messages(ep.conv)
+
+
+def _ended(ep: _Episode, on_episode_end: Callable[[EpisodeResult], None] | None) -> None:
+    """Hand on an episode's result as it ends, final as `_with_outcomes` makes it (a faulted episode is not won),
+    its conversation included (`_keep_messages`)."""
+    _keep_messages([ep])
+    if on_episode_end is not None:
+        on_episode_end(replace(ep.result, won=ep.result.won and ep.result.fault is None))
 
 
 def _with_outcomes(batch: StepBatch, episodes: list[_Episode]) -> StepBatch:
@@ -233,7 +257,12 @@ def reply_format_of(suite: TaskSuite) -> str:
     return getattr(suite, "reply_format", None) or ACTION_TAGS
 
 
-def _turns(episodes: list[_Episode], dialect: Dialect, steps: Sequence[int]) -> tuple[list[_Episode], list[Turn]]:
+def _turns(
+    episodes: list[_Episode],
+    dialect: Dialect,
+    steps: Sequence[int],
+    on_episode_end: Callable[[EpisodeResult], None] | None = None,
+) -> tuple[list[_Episode], list[Turn]]:
     """The episodes that play their next turn (each at its step) and their turns. An episode whose dialect has no
     room for another turn (a conversation at its token budget) ends here, counted as truncated."""
     playing, turns = [], []
@@ -242,6 +271,7 @@ def _turns(episodes: list[_Episode], dialect: Dialect, steps: Sequence[int]) -> 
         if turn is None:
             ep.result.counts["truncated"] = 1
             ep.done = True
+            _ended(ep, on_episode_end)
             continue
         playing.append(ep)
         turns.append(turn)

@@ -24,6 +24,10 @@ Templates (``TEMPLATES``):
 - ``"compact"``: the same information in as few tokens as possible, for tiny
   models with short contexts. No think instruction. With ``actions_text`` it shows
   that summary instead of the list.
+
+An environment that lists no actions (a question to answer, such as GEM's ``rg:`` tasks) gets no actions line,
+and the alfworld family's instruction asks for "your action" rather than "an admissible action": an empty list
+would ask the model to choose one of nothing. Where actions are listed, the text is the reference's, unchanged.
 """
 
 from __future__ import annotations
@@ -39,6 +43,12 @@ _ALFWORLD_INSTRUCTION = (
     "Once you've finished your reasoning, you should choose an admissible action "
     "for current step and present it within <action> </action> tags."
 )
+
+# The instruction where the environment lists no actions: the same sentence, without "an admissible action"
+_OPEN_INSTRUCTION = _ALFWORLD_INSTRUCTION.replace(
+    "choose an admissible action for current step", "choose your action for the current step"
+)
+_ACTIONS_LINE = "Your admissible actions of the current situation are: [{admissible}].\n\n"
 
 ALFWORLD_TEMPLATE_NO_HIS = (
     "You are an expert agent operating in the ALFRED Embodied Environment. "
@@ -150,8 +160,18 @@ def _numbered_history(window: list[tuple[str, str]], step: int) -> str:
     )
 
 
+def _without_actions(template: str) -> str:
+    """An alfworld-family template for an environment that lists no actions: no actions line, the open instruction."""
+    if _ACTIONS_LINE not in template or _ALFWORLD_INSTRUCTION not in template:
+        raise ValueError("the template has no actions line and instruction to replace")
+    return template.replace(_ACTIONS_LINE, "\n").replace(_ALFWORLD_INSTRUCTION, _OPEN_INSTRUCTION)
+
+
 def _with_history(no_history: str, with_history: str, task, observation, window, step, actions: str) -> str:
-    """A template of the alfworld family filled in: its no-history variant where the window is empty."""
+    """A template of the alfworld family filled in: its no-history variant where the window is empty, its
+    no-actions variant where ``actions`` is empty."""
+    if not actions:
+        no_history, with_history = _without_actions(no_history), _without_actions(with_history)
     if not window:
         return no_history.format(task=task, observation=observation, admissible=actions)
     return with_history.format(
@@ -215,7 +235,9 @@ def _compact(task, observation, admissible, window, step, actions_text=None) -> 
     if window:
         lines.append("History: " + " ".join(f"[{obs} > {act}]" for obs, act in window))
     lines.append(f"Now: {observation}")
-    lines.append("Actions: " + (actions_text if actions_text is not None else " | ".join(admissible)))
+    actions = actions_text if actions_text is not None else " | ".join(admissible)
+    if actions:
+        lines.append("Actions: " + actions)
     lines.append(COMPACT_REPLY)
     return "\n".join(lines)
 

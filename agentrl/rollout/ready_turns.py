@@ -26,13 +26,14 @@ import numpy as np
 from agentrl.envs.base import Task, TaskSuite
 from agentrl.envs.workers import EnvPool, InlinePool
 from agentrl.errors import UserError
-from agentrl.rollout.batch import StepBatch
+from agentrl.rollout.batch import EpisodeResult, StepBatch
 from agentrl.rollout.collector import (
     Lockstep,
     Policy,
     PromptSpec,
     _advance,
     _agreed,
+    _ended,
     _episodes,
     _keep_messages,
     _reset,
@@ -99,6 +100,7 @@ def collect_ready(
     keep_transcripts: bool = False,
     on_turn: Callable[[int, int], None] | None = None,
     lockstep: Lockstep | None = None,
+    on_episode_end: Callable[[EpisodeResult], None] | None = None,
 ) -> StepBatch:
     """`collect`'s rows (agentrl/rollout/collector.py) with each episode's turns played as its environment answers."""
     act_keyed = getattr(policy, "act_keyed", None)
@@ -112,13 +114,16 @@ def collect_ready(
     own_pool = pool is None
     if pool is None:
         pool = InlinePool(suite.make_env)
-    episodes = _episodes(tasks, group_size, dialect)
+    episodes = _episodes(tasks, group_size, dialect, keep_messages=keep_transcripts)
     by_slot = {ep.index: ep for ep in episodes}
     played = {ep.index: 0 for ep in episodes}  # turns each episode has played
     rows = []
     edges = _Edges(lockstep, on_turn, limit)
     try:
         _reset(pool, episodes)
+        for ep in episodes:
+            if ep.done:  # its reset faulted
+                _ended(ep, on_episode_end)
         seed = policy.rollout_seed()
         ready = [ep for ep in episodes if not ep.done]
         waiting: dict[int, tuple] = {}  # slot -> (turn, reply, parsed action, action) of its step in flight
@@ -127,7 +132,7 @@ def collect_ready(
             if ready and not stopped and not edges.lead(max(played[ep.index] for ep in ready)):
                 stopped = True  # the ranks agree to play no more: the steps in flight still count
             if ready and not stopped:
-                ready, turns = _turns(ready, dialect, [played[ep.index] for ep in ready])
+                ready, turns = _turns(ready, dialect, [played[ep.index] for ep in ready], on_episode_end)
                 started = time.monotonic()
                 replies = act_keyed(turns, [turn_key(seed, ep.index, played[ep.index]) for ep in ready])
                 generation_s = time.monotonic() - started
@@ -152,6 +157,8 @@ def collect_ready(
                 played[slot] = t + 1
                 if not ep.done:
                     ready.append(ep)
+                else:
+                    _ended(ep, on_episode_end)
             ready.sort(key=lambda ep: ep.index)
             going = [played[ep.index] for ep in episodes if not ep.done]
             edges.trail(min(going) if going and not stopped else max(played.values()))
@@ -168,6 +175,5 @@ def collect_ready(
     batch = StepBatch()
     for row in sorted(rows, key=lambda row: (row["step"], row["episode"])):  # lockstep's order
         batch.append(row)
-    if keep_transcripts:
-        _keep_messages(episodes, dialect)
+    _keep_messages(episodes)  # those a stop left unended
     return _with_outcomes(batch, episodes)

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from transformers import TrainerCallback
 
 from agentrl.train.distributed import reduce_metrics
+from agentrl.train.stopping import EVALUATION
 
 # TRL's log keys -> agentrl's metric names (TRL has already reduced these across ranks)
 TRL_METRICS = {
@@ -17,6 +19,11 @@ TRL_METRICS = {
     "kl": "train/kl",
     "clip_ratio/region_mean": "train/clip_ratio",
 }
+
+
+def evaluates_at(iteration: int, every: int, last: int) -> bool:
+    """Whether `iteration` ends with a held-out evaluation: every `every` (trainer.eval_every; 0: never), and the last."""
+    return (every > 0 and iteration % every == 0) or iteration >= last
 
 
 class IterationCallback(TrainerCallback):
@@ -30,8 +37,15 @@ class IterationCallback(TrainerCallback):
             self.trainer.tracker.log(0, self.trainer.evaluate())
 
     def on_step_end(self, args, state, control, **kwargs):
-        every = self.trainer.cfg.trainer.eval_every
-        if (every > 0 and state.global_step % every == 0) or state.global_step >= state.max_steps:
+        if evaluates_at(state.global_step, self.trainer.cfg.trainer.eval_every, state.max_steps):
+            self.trainer.stop.enter(EVALUATION, state.global_step)
+            if self.trainer.stop.wanted() and self.trainer.accelerator.is_main_process:
+                print(  # a stop waits for it: say so (an evaluation can take minutes)
+                    f"stopping: the held-out evaluation of iteration {state.global_step} runs first "
+                    f"({self.trainer.evaluation_episodes()} episodes), then the checkpoint is written",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self.trainer.last_eval = self.trainer.evaluate()
             self.trainer.iteration_metrics.update(self.trainer.last_eval)
 

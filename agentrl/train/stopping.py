@@ -8,7 +8,10 @@ to resume.
   short grace period after its warning, and a rollout of a real model takes minutes: finishing it would lose it.
 - The same signal during the update (its optimizer steps, then any held-out evaluation) lets the update finish,
   then writes that iteration's checkpoint: an update's steps take seconds to minutes, and the new weights are
-  worth keeping.
+  worth keeping. An evaluation due at that iteration (trainer.eval_every, or the last iteration) runs before the
+  checkpoint, so that the resumed run logs what an uninterrupted one does; the acknowledgement says so, and so
+  does a line when it starts (it can take minutes: keep it inside the scheduler's grace period, or lower
+  eval.num_tasks).
 - Either way the run ends with one line (where it stopped, the command that resumes it) and the conventional
   exit code, 128 + the signal's number (130, 143); the acknowledgement printed when the signal arrives says
   which of the two is happening. A second SIGINT stops at once: the last complete checkpoint
@@ -41,6 +44,7 @@ from transformers import TrainerCallback
 from agentrl.errors import Stopped
 
 SETUP, ROLLOUT, UPDATE = "setup", "rollout", "update"  # the phases a stop treats differently
+EVALUATION = "evaluation"  # an iteration's held-out evaluation: part of its update, said apart
 STOP_FILE = ".stop-request"  # <run>/.stop-request: the launching process asks the ranks to stop
 LAUNCHER_PID = "AGENTRL_LAUNCHER_PID"  # set for the ranks: the process whose death ends them
 
@@ -136,6 +140,7 @@ class StopRequest:
         self.before_start = before_start
         self.stop_file = stop_file  # in a rank: the launching process's request (STOP_FILE)
         self.phase, self.iteration = SETUP, 0  # what the process is doing: the acknowledgement says what a stop does
+        self.evaluates = False  # whether the iteration's update ends with a held-out evaluation
         self.at_once = at_once  # the line to print when a second SIGINT ends the process at once
         self.quiet = quiet  # ranks other than rank 0 say nothing
         self.on_request = on_request  # the launching process passes the request on to the ranks
@@ -150,21 +155,28 @@ class StopRequest:
         """A stop was asked for here, or by the process that launched the ranks."""
         return self.requested or (self.stop_file is not None and self.stop_file.exists())
 
-    def enter(self, phase: str, iteration: int) -> None:
-        """The trainer starts `phase` (ROLLOUT or UPDATE) of `iteration` (1-based)."""
-        self.phase, self.iteration = phase, iteration
+    def enter(self, phase: str, iteration: int, evaluates: bool = False) -> None:
+        """The trainer starts `phase` (ROLLOUT, UPDATE or EVALUATION) of `iteration` (1-based); `evaluates`: the
+        iteration ends with a held-out evaluation."""
+        self.phase, self.iteration, self.evaluates = phase, iteration, evaluates
 
     def acknowledgement(self, signum: int) -> str:
         """The line printed when the signal arrives: what the stop will do from here."""
         name, n = signal_name(signum), self.iteration
         if self.on_request is not None:  # the launching process: the ranks decide by their own phase
-            what = "the ranks abandon a rollout in progress, or finish an update in progress, then write a checkpoint"
+            what = (
+                "the ranks abandon a rollout in progress, or finish an update in progress (and its held-out "
+                "evaluation where one is due), then write a checkpoint"
+            )
         elif self.phase == ROLLOUT and n <= 1:
             what = "abandoning the first iteration's rollout (nothing to save yet)"
         elif self.phase == ROLLOUT:
             what = f"abandoning the rollout of iteration {n} (the model has not changed), writing checkpoint-{n - 1}"
         elif self.phase == UPDATE:
-            what = f"finishing the update of iteration {n}, then writing a checkpoint"
+            evaluation = " and its held-out evaluation" if self.evaluates else ""
+            what = f"finishing the update of iteration {n}{evaluation}, then writing a checkpoint"
+        elif self.phase == EVALUATION:
+            what = f"finishing the held-out evaluation of iteration {n}, then writing a checkpoint"
         else:
             what = "stopping before the first iteration"
         again = "; Ctrl-C again stops at once" if signum == signal.SIGINT else ""

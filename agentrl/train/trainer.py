@@ -40,7 +40,7 @@ from agentrl.rollout.policies import HFPolicy, SamplingSpec
 from agentrl.rollout.vllm_policy import TrainerVLLMPolicy
 from agentrl.train import batching, iteration, update
 from agentrl.train.async_hooks import AsyncRolloutHooks
-from agentrl.train.callbacks import IterationCallback
+from agentrl.train.callbacks import IterationCallback, evaluates_at
 from agentrl.train.checkpointing import CheckpointHooks
 from agentrl.train.distributed import on_every_rank
 from agentrl.train.logprobs import LogProbPasses
@@ -191,7 +191,8 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
         start = self.iteration_start()
         try:
             batch = self._generate_and_score_completions(inputs)
-            self.stop.enter(UPDATE, number)  # from here on, a stop lets the update finish
+            # from here on, a stop lets the update (and its evaluation, where one is due) finish
+            self.stop.enter(UPDATE, number, evaluates_at(number, self.cfg.trainer.eval_every, self.state.max_steps))
             if self._lockstep(False)[1]:  # a stop that came during the log-prob passes
                 raise RolloutAbandoned("after the rollout")
         except RolloutAbandoned:
@@ -213,6 +214,10 @@ class AgentTrainer(AsyncRolloutHooks, CheckpointHooks, VLLMHooks, LogProbPasses,
                     unwrapped, self.accelerator.process_index, self.accelerator.num_processes, gather=self.all_ranks
                 )
         return {**metrics, "time/eval_s": time.perf_counter() - started}
+
+    def evaluation_episodes(self) -> int:
+        """The episodes of one held-out evaluation, over every rank."""
+        return len(self.evaluator.tasks) * self.cfg.eval.episodes_per_task
 
     @contextlib.contextmanager
     def generation_model(self):

@@ -162,3 +162,62 @@ def test_scienceworld_template_shows_the_action_summary_not_the_list():
         "scienceworld", observation="o", history=[], step=0, **{**kwargs, "actions_text": None}
     )
     assert f"Actions: {summary}" in build_prompt("compact", observation="o", history=[], step=0, **kwargs)
+
+
+@pytest.mark.parametrize("template", ["alfworld", "generic"])
+def test_no_actions_listed_no_actions_line_and_no_choice_among_them(template):
+    """A question to answer (GEM's rg: tasks) lists no actions: the prompt neither shows "[]" nor asks for an
+    admissible action; the reply instruction stays the last line, so the reply format still rewrites it."""
+    for history, step in (([], 0), ([("o1", "a1")], 1)):
+        kwargs = dict(task=TASK, observation="o", admissible=[], history=history, step=step, history_length=2)
+        p = build_prompt(template, **kwargs)
+        assert "admissible" not in p and "[]" not in p
+        assert "observation is: o\n\nNow it's your turn to take an action." in p
+        assert p.endswith(
+            "you should choose your action for the current step and present it within <action> </action> tags."
+        )
+        boxed = build_prompt(template, reply_format="boxed", **kwargs)
+        assert boxed.endswith("choose your action for the current step and present it within \\boxed{}.")
+
+
+def test_compact_with_no_actions_has_no_actions_line():
+    p = build_prompt("compact", task=TASK, observation="o", admissible=[], history=[], step=0, history_length=2)
+    assert p == f"Task: {TASK}\nNow: o\nReply <action>...</action>"
+
+
+def test_listed_actions_keep_the_reference_text():
+    """Where actions are listed the templates are the reference's, byte for byte (the tiny build fingerprints them)."""
+    from agentrl.rollout.prompts import GENERIC_TEMPLATE_NO_HIS
+
+    p = build_prompt("generic", task=TASK, observation="o", admissible=["look"], history=[], step=0, history_length=2)
+    assert p == GENERIC_TEMPLATE_NO_HIS.format(task=TASK, observation="o", admissible="'look'")
+    assert "Your admissible actions of the current situation are: ['look'].\n\n" in p
+    assert p.endswith(
+        "you should choose an admissible action for current step and present it within <action> </action> tags."
+    )
+
+
+def test_a_gem_question_gets_no_empty_action_list():
+    from tests.extras import skip_without
+
+    skip_without("gem-llm", "gem")
+    from agentrl.cli.launch import preflight
+    from agentrl.envs.registry import make_suite
+
+    cfg = preflight("train", ["env=gem", "env.id=rg:leg_counting"])
+    suite = make_suite(cfg.env)
+    obs = suite.make_env().reset(suite.task("train", 0))
+    assert obs.admissible_actions == [] and obs.actions_text is None
+    for template, last_line in (("generic", "present it within \\boxed{}."), ("compact", "\nReply \\boxed{...}")):
+        p = build_prompt(
+            template,
+            task=obs.task_description,
+            observation=obs.text,
+            admissible=obs.admissible_actions,
+            history=[],
+            step=0,
+            history_length=2,
+            reply_format=suite.reply_format,
+        )
+        assert "legs" in p and "[]" not in p and "admissible" not in p and "Actions:" not in p
+        assert p.endswith(last_line)

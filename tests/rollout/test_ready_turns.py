@@ -240,6 +240,24 @@ def test_a_fault_ends_its_episode_only_and_the_rows_are_lockstep_s():
     assert set(faults.values()) == {None}
 
 
+def test_each_episode_is_handed_on_once_as_it_ends():
+    """`on_episode_end` (what `agentrl eval` writes out as it goes) gets every episode once, faulted ones too, with the
+    result the batch ends with; lockstep hands them on turn by turn."""
+    fail = tasks(4)[1].task_id
+    for turns in ("lockstep", "ready"):
+        ended = []
+        with pool_of(2, fail=fail, jitter_s=0.005) as pool:
+            batch = collect(
+                SUITE, tasks(4), 2, TurnPolicy(), PROMPT, max_steps=4, pool=pool, turns=turns,
+                on_episode_end=ended.append,
+            )  # fmt: skip
+        outcome = [(e.episode, e.won, e.ret, e.length, e.fault) for e in ended]
+        assert sorted(outcome) == [(e.episode, e.won, e.ret, e.length, e.fault) for e in batch.episodes], turns
+        assert sum(e.fault is not None for e in ended) == 2
+        if turns == "lockstep":
+            assert [e.length for e in ended] == sorted(e.length for e in ended)
+
+
 def test_a_hanging_step_times_out_and_the_other_worker_s_episodes_play_on():
     hang = tasks(4)[0].task_id  # slot 0, in worker 0 with slot 2; slots 1 and 3 in worker 1
     with pool_of(2, timeout_s=0.5, hang=hang) as pool:

@@ -28,6 +28,8 @@ ALGORITHMS = {
     "gigpo": ["+algo=gigpo"],
     # rows generated ahead: the worker, mid-job when the update ends, stops too; the job's weights are checkpointed
     "gigpo-staleness-1": ["+algo=gigpo", "rollout.max_staleness=1"],
+    # a held-out evaluation every 2 iterations: one stopped in iteration 2's update runs it before its checkpoint
+    "grpo-eval-2": ["+algo=grpo", "trainer.eval_every=2"],
 }
 DDP = ["hardware=cpu_ddp", "trainer.tasks_per_iteration=4"]
 
@@ -127,6 +129,7 @@ PHASES = [
     ("grpo", signal.SIGTERM, "update", 3),
     ("gigpo", signal.SIGINT, "update", 2),
     ("gigpo-staleness-1", signal.SIGTERM, "update", 3),
+    ("grpo-eval-2", signal.SIGTERM, "update", 2),
 ]
 
 
@@ -159,7 +162,15 @@ def test_stopped_by_a_signal_then_resumed_matches_an_uninterrupted_run(
         ), line
     else:
         stopped_at = iteration
-        assert f"{name_of}: finishing the update of iteration {iteration}, then writing a checkpoint" in err
+        if "trainer.eval_every=2" in extra:  # the evaluation due at this iteration runs first, and is said
+            assert (
+                f"{name_of}: finishing the update of iteration {iteration} and its held-out evaluation, "
+                "then writing a checkpoint" in err
+            )
+            assert f"stopping: the held-out evaluation of iteration {iteration} runs first (4 episodes)" in err
+            assert "eval/success" in records_by_iteration(run_dir)[iteration]
+        else:
+            assert f"{name_of}: finishing the update of iteration {iteration}, then writing a checkpoint" in err
         assert line.startswith(
             f"stopped on {name_of} after iteration {stopped_at} of 6; "
             f"checkpoint {run_dir / 'checkpoints' / f'checkpoint-{stopped_at}'}; resume: "
@@ -169,15 +180,18 @@ def test_stopped_by_a_signal_then_resumed_matches_an_uninterrupted_run(
         assert (run_dir / "checkpoints" / "last").resolve().name == f"checkpoint-{stopped_at}"
         assert not (run_dir / "checkpoints" / f"checkpoint-{stopped_at}" / "training_args.bin").exists()
     logged = sorted(records_by_iteration(run_dir)) if (run_dir / "metrics.jsonl").exists() else []
-    assert logged == list(range(1, stopped_at + 1)), "an update finishes and is logged; an abandoned rollout is not"
+    first = [0] if "trainer.eval_every=2" in extra else []  # the evaluation before the first iteration
+    assert logged == first + list(range(1, stopped_at + 1)), (
+        "an update finishes and is logged; an abandoned rollout is not"
+    )
 
     resumed, resume_s = _resume(line, env, tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     if stopped_at:
         assert f"(iteration {stopped_at})" in resumed.stdout
     expected, got = straight(name, extra), records_by_iteration(run_dir)
-    assert sorted(got) == sorted(expected) == list(range(1, 7))
-    for number in range(1, 7):
+    assert sorted(got) == sorted(expected) == first + list(range(1, 7))
+    for number in first + list(range(1, 7)):
         assert got[number] == expected[number], f"iteration {number} differs after the resume"
     print(f"{name} {name_of} in the {phase} of iteration {iteration}: acknowledged to exit {stop_s:.2f} s")
 

@@ -76,6 +76,38 @@ def test_an_id_that_cannot_run_here_is_one_line(env_id, says):
     assert "\n" not in str(caught.value)
 
 
+def test_a_misspelt_id_gets_the_closest_ids_not_every_id():
+    with pytest.raises(UserError) as caught:
+        suite_of("game:GuessTheNumbr-v0")
+    line = str(caught.value)
+    assert "did you mean game:GuessTheNumber-v0-" in line and "game:Sokoban" not in line
+    assert line.endswith("(agentrl envs --gem game lists every game: id)") and len(line) < 300
+    with pytest.raises(UserError, match=r"did you mean rg:leg_counting, .*agentrl envs --gem rg lists every rg: id"):
+        suite_of("rg:leg_countin")
+    with pytest.raises(UserError, match=r"is not a GEM id; GEM's families: code: .* rg: \(agentrl envs lists them\)$"):
+        suite_of("nothing-like-it")
+
+
+def test_agentrl_envs_lists_every_id_of_a_family(run_cli):
+    from agentrl.envs.gem_games import registered_ids
+
+    rg = [i for i in registered_ids() if i.startswith("rg:")]
+    assert len(rg) > 100  # reasoning-gym's tasks (104 in gem-llm 0.1.0)
+    listed = run_cli("envs", "--gem", "rg", env={"COLUMNS": "250"})
+    assert listed.returncode == 0, listed.stderr
+    assert all(f"{i} " in listed.stdout for i in rg) and "game:" not in listed.stdout
+    assert f"({len(rg)} ids)" in listed.stdout
+    every = run_cli("envs", env={"COLUMNS": "250"})
+    assert "agentrl envs --gem rg" in every.stdout and "rg:leg_counting" not in every.stdout  # one row, a pointer
+    wrong = run_cli("envs", "--gem", "rgg")
+    assert wrong.returncode != 0 and "Traceback" not in wrong.stderr
+    assert (
+        wrong.stderr.strip()
+        .splitlines()[-1]
+        .startswith("error: agentrl envs --gem rgg: not a GEM family; GEM's families: code,")
+    )
+
+
 def test_an_id_without_a_random_action_says_which_models_can_play_it():
     suite = suite_of("game:TowerofHanoi-v0-easy")
     assert "use a pretrained model=" in suite.random_policy_problem
