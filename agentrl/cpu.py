@@ -126,13 +126,18 @@ def crowded_line(seconds: float = 0.2) -> str | None:
 # shape and threads, and a row's bits change with the batch it is in (docs/architecture.md, "Rows that do not depend
 # on timing"). MKL reads the variable once, at its first product in the process.
 STRICT_BLAS = ("MKL_CBWR", "AUTO,STRICT")
+# HFPolicy.act_keyed pads each generation call to a multiple of this many rows (rollout/policies.py): the matrix
+# product takes rows 4 at a time, and a lone row, or the last 1 to 3 of a batch, another way
+KEYED_ROWS = 4
 
 
 def batch_invariant_blas() -> str | None:
     """Ask MKL for strict reproducibility (STRICT_BLAS, where the environment does not already set MKL_CBWR) and check
-    that a row of a matrix product is now the same alone and in batches of 2 to 9; None where it is, else the line
-    that says it is not. The setting comes too late where torch has already multiplied matrices in this process:
-    MKL has read it by then, and the check says so."""
+    what `HFPolicy.act_keyed` relies on: a row of a matrix product is the same at every place of a call of
+    KEYED_ROWS, 2 x KEYED_ROWS ... 4 x KEYED_ROWS rows (act_keyed pads each call to a multiple of KEYED_ROWS); None
+    where it is, else the line that says it is not. (A lone row, or 2 or 3, may come out otherwise: on a 2-core AMD
+    EPYC with AVX-512 they do, in MKL's strict mode too.) The setting comes too late where torch has already
+    multiplied matrices in this process: MKL has read it by then, and the check says so."""
     import torch
 
     name, value = STRICT_BLAS
@@ -140,11 +145,15 @@ def batch_invariant_blas() -> str | None:
     generator = torch.Generator().manual_seed(0)
     for width, out in ((128, 64), (384, 128), (960, 960)):  # shapes whose rows differed by batch without it
         weight = torch.randn(out, width, generator=generator)
-        rows = torch.randn(9, width, generator=generator)
-        alone = torch.nn.functional.linear(rows[:1], weight)
-        if any(not torch.equal(torch.nn.functional.linear(rows[:n], weight)[:1], alone) for n in range(2, 10)):
-            return (
-                f"a row of this process's matrix products changes with its batch: start it with {name}={value} in the "
-                f"environment (MKL reads {name} once, at the process's first matrix product)"
-            )
+        rows = torch.randn(4 * KEYED_ROWS, width, generator=generator)
+        reference = torch.nn.functional.linear(rows[:KEYED_ROWS], weight)[0]
+        for size in range(KEYED_ROWS, 4 * KEYED_ROWS + 1, KEYED_ROWS):
+            for place in range(size):
+                others = rows[1:size]
+                batch = torch.cat([others[:place], rows[:1], others[place:]])
+                if not torch.equal(torch.nn.functional.linear(batch, weight)[place], reference):
+                    return (
+                        f"a row of this process's matrix products changes with its batch: start it with {name}={value} "
+                        f"in the environment (MKL reads {name} once, at the process's first matrix product)"
+                    )
     return None

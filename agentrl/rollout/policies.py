@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import torch
 
+from agentrl.cpu import KEYED_ROWS
 from agentrl.rollout.collector import Reply, Turn
 from agentrl.rollout.parsing import format_reply
 from agentrl.rollout.prompts import CHARS_PER_TOKEN_BOUND, prompt_tail
@@ -30,8 +31,8 @@ from agentrl.rollout.prompts import CHARS_PER_TOKEN_BOUND, prompt_tail
 # act_keyed pads each prompt to a multiple of this many tokens: its row's width depends on itself alone (one call per
 # width: coarse, so that a turn's prompts mostly share one)
 KEYED_WIDTH = 256
-# and each call to a multiple of this many rows: every row goes through the same path of the matrix products
-KEYED_ROWS = 4
+# and each call to a multiple of KEYED_ROWS rows (agentrl/cpu.py): every row goes through the same path of the matrix
+# products
 # a tail of a long prompt must give this many ids more than chat_prompts_ids keeps (its first ones may differ)
 RESYNC_TOKENS = 64
 # prompts tokenised in one call (_templated_ids)
