@@ -238,10 +238,34 @@ def _random_play(suite, env_cfg: Any, tiny_cfg: Any, turns: int, doing: str):
     return _play(suite, env_cfg, policy, "train", 1_000_000 + tiny_cfg.seed * 10_000, turns, doing, tiny_cfg)
 
 
+def new_tiny_model(tiny_cfg: Any, tokenizer, max_positions: int):
+    """A Qwen2ForCausalLM of the tiny model's shape for `tokenizer`, random weights (seeded by the caller), tied
+    embeddings, generation ending at the tokenizer's end-of-turn id."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    heads = tiny_cfg.num_heads
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=tiny_cfg.hidden_size,
+        intermediate_size=tiny_cfg.intermediate_size,
+        num_hidden_layers=tiny_cfg.num_layers,
+        num_attention_heads=heads,
+        num_key_value_heads=tiny_cfg.num_kv_heads or heads,
+        max_position_embeddings=max_positions,
+        tie_word_embeddings=True,
+        bos_token_id=None,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    return model
+
+
 def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     """Build, warm up and save the tiny model and its tokenizer into `out_dir`."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from agentrl.envs.registry import make_suite
 
@@ -252,23 +276,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     demos = _random_play(suite, env_cfg, tiny_cfg, turns, "tiny model: playing demonstrations")
     pairs = list(zip(demos.prompt, demos.completion))  # (prompt, random admissible reply)
     tokenizer = build_tokenizer(tokenizer_text(pairs), tiny_cfg.vocab_size)
-    heads = tiny_cfg.num_heads
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=tiny_cfg.hidden_size,
-        intermediate_size=tiny_cfg.intermediate_size,
-        num_hidden_layers=tiny_cfg.num_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=tiny_cfg.num_kv_heads or heads,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model = new_tiny_model(tiny_cfg, tokenizer, max_positions=2048)
 
     model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
     validity = valid_action_rate(model, tokenizer, suite, env_cfg, tiny_cfg, min(CHECK_TURNS, max(1, turns // 10)))

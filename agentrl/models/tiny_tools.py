@@ -50,12 +50,11 @@ def _expert_play(suite, env_cfg: Any, tasks, tokenizer=None):
 def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     """Build, warm up and save the tiny model of a tool-calling environment into `out_dir` (the module docstring)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from agentrl.envs.base import has_expert, within_split
     from agentrl.envs.registry import make_suite
     from agentrl.errors import UserError
-    from agentrl.models.tiny import warm_up
+    from agentrl.models.tiny import new_tiny_model, warm_up
     from agentrl.rollout.demonstrations import won_id_pairs
 
     torch.manual_seed(tiny_cfg.seed)
@@ -81,23 +80,7 @@ def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     pairs = won_id_pairs(_expert_play(suite, env_cfg, tasks, tokenizer))
     if not pairs:
         raise UserError("the expert (env.expert) won no episode: the tiny model has nothing to warm up on")
-    heads = tiny_cfg.num_heads
-    config = Qwen2Config(
-        vocab_size=len(tokenizer),
-        hidden_size=tiny_cfg.hidden_size,
-        intermediate_size=tiny_cfg.intermediate_size,
-        num_hidden_layers=tiny_cfg.num_layers,
-        num_attention_heads=heads,
-        num_key_value_heads=tiny_cfg.num_kv_heads or heads,
-        max_position_embeddings=4096,
-        tie_word_embeddings=True,
-        bos_token_id=None,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model = new_tiny_model(tiny_cfg, tokenizer, max_positions=4096)
     model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
     out_dir.mkdir(parents=True)
     model.save_pretrained(out_dir)
