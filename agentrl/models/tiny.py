@@ -263,6 +263,25 @@ def new_tiny_model(tiny_cfg: Any, tokenizer, max_positions: int):
     return model
 
 
+def save_build(out_dir: Path, model, tokenizer, losses: list[float], pairs: int, started: float, **found) -> dict:
+    """Save a built model and its tokenizer into `out_dir`, with the build's report (warmup.json: its size, its
+    warm-up, `found` by the build's own check, its time); returns the report."""
+    out_dir.mkdir(parents=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    report = {
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "vocab_size": len(tokenizer),
+        "warmup_steps": len(losses),
+        "warmup_final_loss": losses[-1] if losses else None,
+        "demonstration_pairs": pairs,
+        **found,
+        "build_seconds": round(time.time() - started, 1),
+    }
+    (out_dir / "warmup.json").write_text(json.dumps(report, indent=2))
+    return report
+
+
 def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     """Build, warm up and save the tiny model and its tokenizer into `out_dir`."""
     import torch
@@ -281,19 +300,7 @@ def build_tiny_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
     validity = valid_action_rate(model, tokenizer, suite, env_cfg, tiny_cfg, min(CHECK_TURNS, max(1, turns // 10)))
 
-    out_dir.mkdir(parents=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    report = {
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "vocab_size": len(tokenizer),
-        "warmup_steps": len(losses),
-        "warmup_final_loss": losses[-1] if losses else None,
-        "demonstration_pairs": len(pairs),
-        **validity,
-        "build_seconds": round(time.time() - started, 1),
-    }
-    (out_dir / "warmup.json").write_text(json.dumps(report, indent=2))
+    report = save_build(out_dir, model, tokenizer, losses, len(pairs), started, **validity)
     log.info("tiny model ready: %s", report)
     if (weak := weak_start(report)) is not None:
         log.warning(weak)

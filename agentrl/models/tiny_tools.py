@@ -13,7 +13,6 @@ Only env=tools builds this way, so household's build, and the shipped one, stay 
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from pathlib import Path
@@ -54,7 +53,7 @@ def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
     from agentrl.envs.base import has_expert, within_split
     from agentrl.envs.registry import make_suite
     from agentrl.errors import UserError
-    from agentrl.models.tiny import new_tiny_model, warm_up
+    from agentrl.models.tiny import new_tiny_model, save_build, warm_up
     from agentrl.rollout.demonstrations import won_id_pairs
 
     torch.manual_seed(tiny_cfg.seed)
@@ -82,17 +81,6 @@ def build_tiny_tool_model(tiny_cfg: Any, env_cfg: Any, out_dir: Path) -> None:
         raise UserError("the expert (env.expert) won no episode: the tiny model has nothing to warm up on")
     model = new_tiny_model(tiny_cfg, tokenizer, max_positions=4096)
     model, losses = warm_up(model, tokenizer, pairs, tiny_cfg)
-    out_dir.mkdir(parents=True)
-    model.save_pretrained(out_dir)
-    tokenizer.save_pretrained(out_dir)
-    report = {
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "vocab_size": len(tokenizer),
-        "warmup_steps": len(losses),
-        "warmup_final_loss": losses[-1] if losses else None,
-        "demonstration_pairs": len(pairs),
-        "longest_pair_tokens": max(len(ids) for ids, _ in pairs),
-        "build_seconds": round(time.time() - started, 1),
-    }
-    (out_dir / "warmup.json").write_text(json.dumps(report, indent=2))
+    longest = max(len(ids) for ids, _ in pairs)
+    report = save_build(out_dir, model, tokenizer, losses, len(pairs), started, longest_pair_tokens=longest)
     log.info("tiny tool model ready: %s", report)
