@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from agentrl.cpu import STRICT_BLAS
+from tests.extras import installed
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -18,6 +19,16 @@ REPO = Path(__file__).resolve().parents[1]
 # before any test's `agentrl train rollout.turns=ready` could set it (agentrl/cpu.py, STRICT_BLAS); the ready-turns
 # tests compare rows across batches, so the session asks for it before anything multiplies
 os.environ.setdefault(*STRICT_BLAS)
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test marked `gem` skips, with the install line, where the gem extra is not installed."""
+    if installed("gem-llm"):
+        return
+    skip = pytest.mark.skip(reason="needs the gem extra: pip install -e '.[gem]'")
+    for item in items:
+        if item.get_closest_marker("gem"):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

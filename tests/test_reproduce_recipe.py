@@ -96,6 +96,7 @@ def check_row(stdout: str, starts: list[int]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.gem
 def test_a_recipe_with_a_clone_reproduces_end_to_end_each_start_from_its_own_build_and_clone(cache_dir, tmp_path):
     sft = ["--sft-overrides", "sft.episodes=4", "eval.num_tasks=2"]
     args = ["gem_2048", "--starts", "0", "1", "--out", str(tmp_path), *QUICK, *sft, "--train-overrides", *QUICK_TRAIN]
@@ -120,6 +121,7 @@ def test_a_recipe_with_a_clone_reproduces_end_to_end_each_start_from_its_own_bui
 
 
 @pytest.mark.slow
+@pytest.mark.gem
 def test_a_recipe_from_the_build_evaluates_each_starts_own_build_as_training_does(cache_dir, tmp_path):
     import json
 

@@ -11,7 +11,6 @@ import pytest
 from agentrl import run_folder
 from agentrl.cli.launch import preflight
 from agentrl.errors import UserError
-from tests.extras import skip_without
 
 
 def _cfg(*overrides: str):
@@ -219,8 +218,8 @@ def test_a_run_that_crashes_says_so_in_its_folder(run_cli, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.gem
 def test_a_misspelt_env_id_leaves_the_folder_to_the_corrected_rerun(run_cli, tmp_path):
-    skip_without("gem-llm", "gem")
     folder = tmp_path / "fixed"
     first = run_cli("train", "+debug=fast", "env=gem", "env.id=game:GuessTheNumbr-v0", f"hydra.run.dir={folder}")
     assert first.returncode != 0 and "is not a GEM id" in first.stderr

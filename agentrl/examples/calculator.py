@@ -43,7 +43,10 @@ class CalculatorEnv:
         self.dataset = None
 
     def reset(self, seed: int = 0, **kwargs) -> str:
-        import reasoning_gym
+        try:
+            import reasoning_gym
+        except ImportError:
+            raise ImportError("the calculator example needs reasoning-gym: pip install -e '.[gem]'") from None
 
         self.dataset = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=int(seed), **DIFFICULTY)
         self.entry = self.dataset[0]

@@ -226,6 +226,7 @@ def test_tiny_on_tools_replies_long_enough_for_a_call_and_debug_fast_builds_smal
     assert household.rollout.max_new_tokens == 16 and household.model.tiny.demo_turns is None  # nothing else changes
 
 
+@pytest.mark.gem  # the calculator's questions come from reasoning-gym
 def test_the_route_trains_end_to_end_on_the_tiny_model(run_cli, cache_dir, tmp_path):
     """`agentrl train env=tools +debug=fast` on the calculator example: the tiny model built from 40 expert
     episodes, two iterations and two evaluations, the tool metrics logged, a checkpoint saved."""
@@ -285,6 +286,7 @@ def test_sft_pairs_are_the_ids_a_rollout_writes(suite, tokenizer):
         tool_expert_pairs(suite, short, tokenizer)
 
 
+@pytest.mark.gem  # the calculator's questions come from reasoning-gym
 def test_sft_clones_the_expert_on_the_tool_route(run_cli, tmp_path):
     """`agentrl sft env=tools` on the tiny model: the expert's tool calls as ids, fine-tuned on, a model folder."""
     run = tmp_path / "sft"

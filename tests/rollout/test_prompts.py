@@ -197,10 +197,8 @@ def test_listed_actions_keep_the_reference_text():
     )
 
 
+@pytest.mark.gem
 def test_a_gem_question_gets_no_empty_action_list():
-    from tests.extras import skip_without
-
-    skip_without("gem-llm", "gem")
     from agentrl.cli.launch import preflight
     from agentrl.envs.registry import make_suite
 

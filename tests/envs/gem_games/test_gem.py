@@ -11,12 +11,8 @@ from agentrl.envs.base import Task
 from agentrl.errors import UserError
 from agentrl.rollout.collector import PromptSpec, collect
 from agentrl.rollout.policies import RandomPolicy
-from tests.extras import skip_without
 
-
-@pytest.fixture(autouse=True)
-def _needs_gem():
-    skip_without("gem-llm", "gem")
+pytestmark = pytest.mark.gem
 
 
 def suite_of(env_id: str, **overrides):
