@@ -12,7 +12,8 @@ tool calls.
   without its end-of-turn id (cut at ``rollout.max_new_tokens``) gets that id appended in the next prompt, where
   it is a prompt token, never trained on.
 - A prompt may not grow past ``rollout.max_prompt_tokens``: a turn that would is not played, the episode ends and
-  counts as ``truncated``. Nothing is cut from the left (that would drop the tools' header).
+  counts as ``truncated``, unscored (reward 0, not a success; TRL scores a cut sample: docs/environments.md names
+  the difference). Nothing is cut from the left (that would drop the tools' header).
 - A reply is read with TRL's ``parse_response`` where TRL knows the template (``add_response_schema``: Qwen2.5 and
   3, Llama 3.x and others). Elsewhere, and where TRL's parser fails on a malformed call (it then returns the whole
   reply as text), Hermes' ``<tool_call>{json}</tool_call>`` blocks are read here, each broken block becoming an
