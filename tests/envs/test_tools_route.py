@@ -396,3 +396,43 @@ def test_ready_turns_play_the_route_in_worker_processes_with_lockstep_rows(suite
     assert ready.reward == lockstep.reward and ready.valid == lockstep.valid
     assert [e.counts for e in ready.episodes] == [e.counts for e in lockstep.episodes]
     assert ready.episodes[0].counts == {"tool_calls": 4, "tool_errors": 1, "tool_errors/unknown_tool": 1}
+
+
+# The estimators and their combinations on the route, through the CLI on the 2048 example (no extra needed): GiGPO
+# with ARPO's replay and EPO's entropy term; RLOO with Dr. MAS's episode means and per-agent statistics
+COMPOSED = {
+    "gigpo-arpo-epo": ["+algo=gigpo", "algo.replay.enabled=true", "algo.entropy.mode=epo", "trainer.task_pool=2"],
+    "rloo-drmas": [
+        "algo.estimator=rloo",
+        "algo.norm=none",
+        "algo.episode_stats=episode_means",
+        "algo.norm_scope=agent",
+    ],
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(COMPOSED))
+def test_the_estimators_compose_on_the_route(name, run_cli, tmp_path):
+    from tests.train.test_resume import GAME_2048
+
+    run = tmp_path / "run"
+    result = run_cli(
+        "train",
+        "+debug=fast",
+        "logger=none",
+        *GAME_2048,
+        *COMPOSED[name],
+        "trainer.iterations=3",
+        "trainer.eval_every=0",
+        f"hydra.run.dir={run}",
+        env=ONE_THREAD,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    trained = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in trained if "train/loss" in r]
+    assert [r["iteration"] for r in trained] == [1, 2, 3]
+    assert all(r["rollout/episode_length"] > 1 and r["rollout/advantage_abs_mean"] > 0 for r in trained)
+    if name == "gigpo-arpo-epo":
+        assert all("entropy/beta" in r and "replay/buffer_episodes" in r for r in trained)
+        assert trained[-1]["replay/buffer_episodes"] > 0  # won 2048 episodes were kept for replay
