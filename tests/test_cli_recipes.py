@@ -22,9 +22,12 @@ from tests.conftest import REPO
 
 RECIPES = shipped_recipes()
 # A status says either where the learning run's numbers are (and, where it says, over how many independent starts,
-# or RL seeds from one start), or that the recipe is a reference one not reproduced yet (with what was measured of
-# it, if anything, after a semicolon).
-MEASURED = re.compile(r"measured( over (\d+ starts?|\d+ RL seeds from one start))? \(docs/benchmarks\.md#[a-z0-9-]+\)")
+# on which CPU and from how many of them the recipe learns, or RL seeds from one start), or that the recipe is a
+# reference one not reproduced yet (with what was measured of it, if anything, after a semicolon).
+MEASURED = re.compile(
+    r"measured( over (\d+ starts?( on an? [A-Za-z ]+: learns from \d+ of them)?|\d+ RL seeds from one start))?"
+    r" \(docs/benchmarks\.md#[a-z0-9-]+\)"
+)
 REFERENCE = re.compile(r"reference recipe, not yet reproduced(; .+ \(docs/benchmarks\.md#[a-z0-9-]+\))?")
 ANCHOR = re.compile(r"docs/benchmarks\.md#([a-z0-9-]+)")
 
