@@ -436,3 +436,22 @@ def test_the_estimators_compose_on_the_route(name, run_cli, tmp_path):
     if name == "gigpo-arpo-epo":
         assert all("entropy/beta" in r and "replay/buffer_episodes" in r for r in trained)
         assert trained[-1]["replay/buffer_episodes"] > 0  # won 2048 episodes were kept for replay
+
+
+def test_a_tool_that_kills_its_process_ends_that_episode_only(tokenizer):
+    """A tool that takes its worker process down (os._exit) faults that episode; the others play on to their end."""
+    from agentrl.envs.workers import ProcessPool
+
+    crasher = build(env_cfg(factory="tests.envs.toy_tools:Crasher"))
+    tasks = [crasher.task("train", i) for i in range(3)]
+    targets = [2 + task.seed % 3 for task in tasks]  # Counter's target for the task
+    assert 2 in targets and len(set(targets)) > 1
+    replies = [call("crash"), call("add", amount=1), call("add", amount=1), "done"]
+    spec = PromptSpec("generic", 0, tokenizer=tokenizer, max_prompt_tokens=4096)
+    with ProcessPool(crasher.make_env, 3, timeout_s=30, start_method="fork") as pool:
+        batch = collect(crasher, tasks, 1, Scripted(tokenizer, replies), spec, max_steps=6, pool=pool)
+    for episode, target in zip(batch.episodes, targets):
+        if target == 2:
+            assert episode.fault is not None and "worker died" in episode.fault and not episode.won
+        else:
+            assert episode.fault is None and episode.length == 4, (episode.fault, episode.length)

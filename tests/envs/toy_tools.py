@@ -92,3 +92,19 @@ class Undocumented:
 
     def get_reward(self) -> float:
         return 0.0
+
+
+class Crasher(Counter):
+    """`Counter` whose `crash` tool kills its process where the target is 2 (the task's seed picks it)."""
+
+    def crash(self) -> str:
+        """Crash the process where the target is 2.
+
+        Returns:
+            "fine" elsewhere.
+        """
+        if self.target == 2:
+            import os
+
+            os._exit(3)
+        return "fine"
