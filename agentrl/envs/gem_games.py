@@ -218,6 +218,19 @@ class WordBoard(Log2Board):
         return {**info, "suffix": f"Rows: {rows}\nColumns: {columns}\nEnter your move."}
 
 
+class WordBoardMoves(WordBoard):
+    """`WordBoard`, with the moves that change the board as the state's action list (``info["admissible_actions"]``,
+    in `GREEDY_2048_ORDER`), as `SokobanWords` lists Sokoban's: random play, and a tiny model warmed up on it, pick
+    a move from a list that changes with the board, and a move that leaves the board as it is is an invalid action.
+    Where no move changes the board (the game is lost), the list has all four."""
+
+    def _shown(self, info: dict) -> dict:
+        game = getattr(self._env, "unwrapped", self._env)
+        slides = {"up": game._move_up, "down": game._move_down, "left": game._move_left, "right": game._move_right}
+        moving = [move for move in GREEDY_2048_ORDER if slides[move]() != game.board]
+        return {**super()._shown(info), "admissible_actions": moving or list(GREEDY_2048_ORDER)}
+
+
 # Sokoban's cells as SokobanWords shows them, by GEM's room_state code (5, the player, is "q" on a target).
 SOKOBAN_LETTERS = {0: "w", 1: "f", 2: "t", 3: "y", 4: "x", 5: "p"}
 # What SokobanWords shows for GEM's instructions (about 200 tokens of the tiny model's, in every prompt): one line.
@@ -272,6 +285,7 @@ class SokobanWords(Log2Board):
 BOARDS = {
     "log2": {"game:Game2048-": Log2Board},
     "words": {"game:Game2048-": WordBoard, "game:Sokoban-": SokobanWords},
+    "words_moves": {"game:Game2048-": WordBoardMoves},
 }
 
 
@@ -280,7 +294,8 @@ def make_gem(env_id: str, board: str | None = None, **kwargs: Any):
     its expert (`EXPERTS`) as the route's `expert_plan()` where the game has one. ``board`` (agentrl's, from
     ``env.kwargs``; not passed to GEM): ``log2`` shows Game2048's board one digit a cell (`Log2Board`), ``words``
     Game2048's rows and columns as words (`WordBoard`) or Sokoban's room as words and what lies each way from the
-    player (`SokobanWords`)."""
+    player (`SokobanWords`), ``words_moves`` Game2048's words and the moves that change its board as the action list
+    (`WordBoardMoves`)."""
     import gem
 
     env = gem.make(env_id, **kwargs)

@@ -201,6 +201,20 @@ def test_game2048s_word_board_shows_its_rows_and_columns_as_words():
     assert rows == ["".join(r) for r in as_letters] and columns == ["".join(c) for c in zip(*as_letters)]
 
 
+def test_game2048s_words_moves_board_lists_the_moves_that_change_the_board():
+    env = suite_of("game:Game2048-v0-easy", kwargs={"board": "words_moves"}).make_env()
+    env.reset(Task("t", "2048", seed=3))
+    for _ in range(3):
+        step = env.step("\\boxed{down}")
+    game = env._env.unwrapped
+    slides = {"up": game._move_up, "down": game._move_down, "left": game._move_left, "right": game._move_right}
+    moving = [m for m in ("down", "left", "right", "up") if slides[m]() != game.board]
+    assert step.observation.admissible_actions == moving and len(moving) < 4  # seed 3: right moves nothing here
+    assert "Rows: " in step.observation.text and step.action_valid
+    stuck = env.step("\\boxed{right}")  # a move that leaves the board as it is: not in the list, an invalid action
+    assert not stuck.action_valid and stuck.observation.admissible_actions == moving
+
+
 def test_sokobans_search_expert_wins_through_the_collector_in_the_fewest_moves():
     from agentrl.envs.gem_games import sokoban_plan
     from agentrl.rollout.demonstrations import ExpertPolicy
