@@ -75,14 +75,20 @@ def empty_cells(board: list[list[int]]) -> int:
     return sum(cell == 0 for row in board for cell in row)
 
 
+def boards_that_moved(game) -> dict[str, list[list[int]]]:
+    """Each move that changes Game2048's board, in `GREEDY_2048_ORDER`, with the board its slide leaves (its tiles
+    merged, before the new tile)."""
+    slides = {"up": game._move_up, "down": game._move_down, "left": game._move_left, "right": game._move_right}
+    boards = {move: slides[move]() for move in GREEDY_2048_ORDER}
+    return {move: board for move, board in boards.items() if board != game.board}
+
+
 def greedy_2048_move(game) -> str | None:
     """The move that leaves the most empty cells once its tiles have merged (before the new tile), ties broken in
     `GREEDY_2048_ORDER`; None where no move changes the board."""
-    slides = {"up": game._move_up, "down": game._move_down, "left": game._move_left, "right": game._move_right}
     best, most = None, -1
-    for move in GREEDY_2048_ORDER:
-        board = slides[move]()
-        if board != game.board and empty_cells(board) > most:
+    for move, board in boards_that_moved(game).items():
+        if empty_cells(board) > most:
             best, most = move, empty_cells(board)
     return best
 
@@ -225,9 +231,7 @@ class WordBoardMoves(WordBoard):
     Where no move changes the board (the game is lost), the list has all four."""
 
     def _shown(self, info: dict) -> dict:
-        game = getattr(self._env, "unwrapped", self._env)
-        slides = {"up": game._move_up, "down": game._move_down, "left": game._move_left, "right": game._move_right}
-        moving = [move for move in GREEDY_2048_ORDER if slides[move]() != game.board]
+        moving = list(boards_that_moved(getattr(self._env, "unwrapped", self._env)))
         return {**super()._shown(info), "admissible_actions": moving or list(GREEDY_2048_ORDER)}
 
 
