@@ -429,8 +429,8 @@ def test_the_estimators_compose_on_the_route(name, run_cli, tmp_path):
         env=ONE_THREAD,
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    trained = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
-    trained = [r for r in trained if "train/loss" in r]
+    records = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    trained = [r for r in records if "train/loss" in r]
     assert [r["iteration"] for r in trained] == [1, 2, 3]
     assert all(r["rollout/episode_length"] > 1 and r["rollout/advantage_abs_mean"] > 0 for r in trained)
     if name == "gigpo-arpo-epo":
