@@ -5,6 +5,7 @@ reset here, so that a broken factory, tool or reward function is one line before
 from __future__ import annotations
 
 import json
+import logging
 import random
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,8 @@ from agentrl.envs.base import Task
 from agentrl.envs.gym_factory import load_factory, one_line
 from agentrl.envs.tools_env import SPLITS, ToolEnv, ToolSettings, check_reward_func
 from agentrl.errors import UserError
+
+log = logging.getLogger(__name__)
 
 
 class ToolSuite:
@@ -187,8 +190,8 @@ def _checked(settings: ToolSettings, first_row: dict, env_cfg: Any) -> list[dict
         raise
     except Exception as err:
         raise UserError(f"{what}: reset(**{columns}) failed: {one_line(err)}") from None
-    if not env.tools:
-        raise UserError(f"{what} has no tools: public methods (TRL's contract) or env.tools=[MODULE:fn]")
+    if not env.tools:  # a plain question-and-answer task, as TRL trains one without tools: the control for a tool
+        log.warning(f"{what} has no tools (public methods, TRL's contract, or env.tools): every reply is the answer")
     if not env.reward_funcs and not callable(getattr(env.instance, "get_reward", None)):
         raise UserError(f"{what} has no reward: give the class get_reward() or set env.reward_funcs=[MODULE:fn]")
     env.close()

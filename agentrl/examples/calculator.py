@@ -6,7 +6,8 @@ answer (`score_answer`); the agent has one tool, `calculate`.
         env.expert=agentrl.examples.calculator:expert
 
 The class follows TRL's environment_factory contract, so `GRPOTrainer(environment_factory=CalculatorEnv,
-reward_funcs=[correct_answer])` takes it as it is.
+reward_funcs=[correct_answer])` takes it as it is. `ArithmeticQuestion` (with `direct_expert`) asks the same
+questions with no tool: the control that says what the tool adds.
 """
 
 from __future__ import annotations
@@ -35,8 +36,9 @@ def evaluate(expression: str) -> float:
     return value(ast.parse(expression.replace("=", "").strip(), mode="eval").body)
 
 
-class CalculatorEnv:
-    """One arithmetic question of reasoning-gym's `basic_arithmetic`, made from the task's seed."""
+class ArithmeticQuestion:
+    """One arithmetic question of reasoning-gym's `basic_arithmetic`, made from the task's seed, and no tool: the
+    control for `CalculatorEnv` (the agent answers from what it knows; `direct_expert` answers right)."""
 
     def __init__(self):
         self.entry: dict | None = None
@@ -51,6 +53,10 @@ class CalculatorEnv:
         self.dataset = reasoning_gym.create_dataset("basic_arithmetic", size=1, seed=int(seed), **DIFFICULTY)
         self.entry = self.dataset[0]
         return "\n" + self.entry["question"]
+
+
+class CalculatorEnv(ArithmeticQuestion):
+    """The question of `ArithmeticQuestion`, and one tool: `calculate`."""
 
     def calculate(self, expression: str) -> str:
         """Evaluate an arithmetic expression.
@@ -78,3 +84,8 @@ def expert(env: CalculatorEnv, **columns) -> list:
     """A correct episode: the question's expression to the calculator, then its value as the answer."""
     expression = env.entry["metadata"]["expression"]
     return [{"name": "calculate", "arguments": {"expression": expression}}, env.calculate(expression)]
+
+
+def direct_expert(env: ArithmeticQuestion, **columns) -> list:
+    """A correct episode without the tool: the question's answer."""
+    return [env.entry["answer"]]

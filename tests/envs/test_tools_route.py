@@ -170,6 +170,17 @@ def test_anchor_is_a_digest_of_the_calls_so_far(suite):
     assert after.observation.anchor() != start
 
 
+def test_a_class_without_tools_is_a_question_answered_in_one_reply(tokenizer, caplog):
+    with caplog.at_level("WARNING"):
+        plain = build(env_cfg(factory="tests.envs.toy_tools:Riddle", reward_funcs=["tests.envs.toy_tools:said_yes"]))
+    assert "has no tools" in caplog.text and plain.tool_schemas == []
+    spec = PromptSpec("generic", 0, tokenizer=tokenizer, max_prompt_tokens=4096)
+    for reply, won in (("yes", True), ("no", False)):
+        batch = collect(plain, [plain.task("train", 1)], 1, Scripted(tokenizer, [reply]), spec, keep_transcripts=True)
+        [episode] = batch.episodes
+        assert [m["role"] for m in episode.messages] == ["user", "assistant"] and episode.won is won
+
+
 @pytest.mark.parametrize(
     ("overrides", "says"),
     [

@@ -108,3 +108,14 @@ class Crasher(Counter):
 
             os._exit(3)
         return "fine"
+
+
+class Riddle:
+    """No tools at all, a plain question as TRL trains one without tools: the reward reads the reply (`said_yes`)."""
+
+    def reset(self, **kwargs) -> str:
+        return " Say yes."
+
+
+def said_yes(prompts, completions, environments, **kwargs) -> list[float]:
+    return [float(c[-1]["content"].strip() == "yes") for c in completions]
