@@ -4,6 +4,10 @@
     python scripts/compare_algorithms.py --levels default --arms grpo gigpo --seeds 0 1 2
     python scripts/compare_algorithms.py --arms grpo grpo+epo grpo+arpo --levels default --iterations 75
     python scripts/compare_algorithms.py --env gem --levels game:Sokoban-v0-easy --overrides +experiment=gem_sokoban
+    python scripts/compare_algorithms.py --env tools --levels agentrl.examples.game_2048:Game2048 --overrides \
+        env.reward_funcs=[agentrl.examples.game_2048:reward_score] 'env.prompt="Play 2048 with the move tool."' \
+        env.expert=agentrl.examples.game_2048:expert env.max_steps=8 env.success_reward=16 \
+        rollout.max_prompt_tokens=1024                                    # actions that are tool calls
     python scripts/compare_algorithms.py --report-only                     # the statistics of what is under --out
     python scripts/compare_algorithms.py --env household_team --levels easy --arms trajectory-means rows-global \
         rows-agent --seeds 0 1 2 --sft-episodes 16 --overrides algo.norm=std --out outputs/drmas   # Dr. MAS's arms
@@ -89,8 +93,10 @@ def level_dir(args: argparse.Namespace, level: str) -> Path:
 
 
 def level_override(args: argparse.Namespace, level: str) -> str:
-    """The override that chooses a "level": household's env.level, or a GEM id (env=gem: env.id)."""
-    return f"env.id={level}" if args.env == "gem" else f"env.level={level}"
+    """The override that chooses a "level": household's env.level, a GEM id (env=gem: env.id), or a tool
+    environment's class (env=tools: env.factory)."""
+    key = {"gem": "env.id", "tools": "env.factory"}.get(args.env, "env.level")
+    return f"{key}={level}"
 
 
 def build_model(args: argparse.Namespace, level: str) -> None:
@@ -368,7 +374,8 @@ def main() -> None:
     parser.add_argument(
         "--env",
         default="household",
-        help="household, household_team for Dr. MAS's arms, or gem (--levels are then GEM ids: game:Sokoban-v0-easy)",
+        help="household, household_team for Dr. MAS's arms, gem (--levels are then GEM ids: game:Sokoban-v0-easy) or "
+        "tools (--levels are then env.factory classes: agentrl.examples.game_2048:Game2048)",
     )
     parser.add_argument("--levels", nargs="+", default=["default", "search"])
     parser.add_argument("--arms", nargs="+", default=["grpo", "gigpo"], choices=list(ARMS))

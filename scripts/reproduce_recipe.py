@@ -22,6 +22,15 @@ reproduction goes on where it was with the same --out (an unfinished phase's fol
 --sft-overrides and --train-overrides to one of them, after the header's, so they win. --tasks sets eval.num_tasks
 of training's evaluations and of both `agentrl eval`s (default: the recipe's); the sft's own evaluations keep their
 command's. --threads sets OMP_NUM_THREADS (torch's threads) for every phase; by default a run takes the cores.
+
+--against FOLDER compares the ends with another reproduction's over the same starts and tasks (its --out, with its
+reproduce.json; the same recipe with a control's overrides, say): per start the difference of the ends with a paired
+bootstrap interval over the tasks, and their mean over the starts.
+
+    python scripts/reproduce_recipe.py smollm2_calculator_cpu --starts 0 1 2 --out outputs/control --overrides \
+        env.factory=agentrl.examples.calculator:ArithmeticQuestion env.expert=agentrl.examples.calculator:direct_expert \
+        "env.prompt=Answer with the number only."                                # the calculator without its tool
+    python scripts/reproduce_recipe.py smollm2_calculator_cpu --starts 0 1 2 --against outputs/control
 """
 
 from __future__ import annotations
@@ -271,6 +280,40 @@ def table(seeds: list[int], figures: list[dict], gains, mean) -> list[str]:
     return lines
 
 
+def against_lines(seeds: list[int], figures: list[dict], other: Path) -> list[str]:
+    """Each start's end minus the end of the same start in another reproduction (`--against`), paired over the
+    tasks, and the mean over the starts (agentrl/report/study.py, `paired_gains`, with the other's ends as start)."""
+    import numpy as np
+
+    from agentrl.report.study import paired_gains
+
+    record = other / "reproduce.json"
+    if not record.is_file():
+        fail(f"--against {other}: no reproduce.json there (a reproduction writes it when it has finished)")
+    theirs = json.loads(record.read_text())
+    missing = [seed for seed in seeds if str(seed) not in theirs["starts"]]
+    if missing:
+        fail(f"--against {other}: it has no start {missing[0]}; compare the starts both reproductions ran")
+    rivals = [theirs["starts"][str(seed)] for seed in seeds]
+    if any(r["tasks"] != f["tasks"] for r, f in zip(rivals, figures)):
+        fail(f"--against {other}: its starts were evaluated on other held-out tasks")
+    differences, mean = paired_gains(
+        np.array([r["end_outcomes"] for r in rivals]), np.array([f["end_outcomes"] for f in figures])
+    )
+    lines = [
+        f"Against {other} ({theirs['command']}):",
+        "",
+        "| start | end here | end there | difference | 95 % interval |",
+    ]
+    lines.append("|---|---|---|---|---|")
+    for seed, f, r, (gain, low, high) in zip(seeds, figures, rivals, differences):
+        here, there = sum(f["end_outcomes"]) / len(f["tasks"]), sum(r["end_outcomes"]) / len(r["tasks"])
+        lines.append(f"| {seed} | {here:.2f} | {there:.2f} | {gain:+.2f} | [{low:+.2f}, {high:+.2f}] |")
+    gain, low, high = mean
+    lines.append(f"| mean of {len(seeds)} | | | **{gain:+.2f}** | **[{low:+.2f}, {high:+.2f}]** |")
+    return lines
+
+
 def machine_line() -> str:
     from agentrl.cpu import available_cores, busy_cores, cpu_model
     from agentrl.tracking import git_revision
@@ -295,12 +338,15 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--overrides", nargs="*", default=[], help="Hydra overrides for every sft and train command")
     parser.add_argument("--sft-overrides", nargs="*", default=[], help="Hydra overrides for the sft command")
     parser.add_argument("--train-overrides", nargs="*", default=[], help="Hydra overrides for the train command")
+    parser.add_argument("--against", type=Path, default=None, help="another reproduction's --out to compare ends with")
     args = parser.parse_args()
     if len(set(args.starts)) != len(args.starts):
         fail(f"--starts {' '.join(map(str, args.starts))} names a start twice")
     if args.tasks is not None and args.tasks < 1:
         fail(f"--tasks {args.tasks}: at least 1")
     start_commands(args.recipe)  # an unknown recipe, or one without a start, fails before anything else
+    if args.against is not None and not (args.against / "reproduce.json").is_file():
+        fail(f"--against {args.against}: no reproduce.json there (a reproduction writes it when it has finished)")
     args.tasks = args.tasks or default_tasks(args.recipe)
     args.out = (args.out or Path("outputs/reproduce") / args.recipe / time.strftime("%Y-%m-%d_%H-%M-%S")).resolve()
     return args
@@ -343,6 +389,8 @@ def main() -> None:
         "the starts, then the tasks within each (10,000 resamples). Wall times: RL's `agentrl train` as a whole; all "
         "in: every phase of the start (build or clone, train, both evaluations).",
     ]
+    if args.against is not None:
+        lines += ["", *against_lines(args.starts, figures, args.against.resolve())]
     print("\n".join(lines))
     summary = {
         "recipe": args.recipe,

@@ -6,6 +6,7 @@ make every phase take seconds, and check the row's shape and that each start was
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import subprocess
@@ -69,6 +70,26 @@ def test_bad_options_are_refused_before_anything_runs(cache_dir, tmp_path):
     assert twice.returncode == 1 and "names a start twice" in twice.stderr
     none = reproduce(cache_dir, "gem_2048", "--tasks", "0", "--out", str(tmp_path))
     assert none.returncode == 1 and "--tasks 0" in none.stderr and not list(tmp_path.iterdir())
+    nothing = reproduce(cache_dir, "gem_2048", "--out", str(tmp_path), "--against", str(tmp_path / "no_such"))
+    assert nothing.returncode == 1 and "no reproduce.json there" in nothing.stderr and not list(tmp_path.iterdir())
+
+
+def test_against_pairs_each_start_end_with_the_same_start_of_another_reproduction(tmp_path):
+    from scripts.reproduce_recipe import against_lines
+
+    tasks = ["t0", "t1", "t2", "t3"]
+    theirs = {"0": [0, 0, 1, 0], "1": [1, 1, 1, 1]}
+    record = {"command": "control", "starts": {k: {"tasks": tasks, "end_outcomes": v} for k, v in theirs.items()}}
+    (tmp_path / "reproduce.json").write_text(json.dumps(record))
+    ours = [{"tasks": tasks, "end_outcomes": [1, 1, 1, 0]}, {"tasks": tasks, "end_outcomes": [1, 1, 1, 1]}]
+    head, *rows = table_rows("\n".join(against_lines([0, 1], ours, tmp_path)))
+    assert head == ["start", "end here", "end there", "difference", "95 % interval"]
+    assert rows[0][:4] == ["0", "0.75", "0.25", "+0.50"] and rows[1][:4] == ["1", "1.00", "1.00", "+0.00"]
+    assert rows[1][4] == "[+0.00, +0.00]" and rows[2][:4] == ["mean of 2", "", "", "**+0.25**"]
+    with pytest.raises(SystemExit, match="it has no start 2"):
+        against_lines([2], ours[:1], tmp_path)
+    with pytest.raises(SystemExit, match="other held-out tasks"):
+        against_lines([0], [{"tasks": ["u0"], "end_outcomes": [1]}], tmp_path)
 
 
 # Every phase in seconds: a build of 10 warm-up steps on 200 turns, a clone of 4 expert episodes, one RL iteration
