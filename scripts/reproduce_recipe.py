@@ -287,10 +287,7 @@ def against_lines(seeds: list[int], figures: list[dict], other: Path) -> list[st
 
     from agentrl.report.study import paired_gains
 
-    record = other / "reproduce.json"
-    if not record.is_file():
-        fail(f"--against {other}: no reproduce.json there (a reproduction writes it when it has finished)")
-    theirs = json.loads(record.read_text())
+    theirs = json.loads((other / "reproduce.json").read_text())  # there: parse() checked it before any work
     missing = [seed for seed in seeds if str(seed) not in theirs["starts"]]
     if missing:
         fail(f"--against {other}: it has no start {missing[0]}; compare the starts both reproductions ran")
@@ -300,12 +297,8 @@ def against_lines(seeds: list[int], figures: list[dict], other: Path) -> list[st
     differences, mean = paired_gains(
         np.array([r["end_outcomes"] for r in rivals]), np.array([f["end_outcomes"] for f in figures])
     )
-    lines = [
-        f"Against {other} ({theirs['command']}):",
-        "",
-        "| start | end here | end there | difference | 95 % interval |",
-    ]
-    lines.append("|---|---|---|---|---|")
+    head = "| start | end here | end there | difference | 95 % interval |"
+    lines = [f"Against {other} ({theirs['command']}):", "", head, "|---|---|---|---|---|"]
     for seed, f, r, (gain, low, high) in zip(seeds, figures, rivals, differences):
         here, there = sum(f["end_outcomes"]) / len(f["tasks"]), sum(r["end_outcomes"]) / len(r["tasks"])
         lines.append(f"| {seed} | {here:.2f} | {there:.2f} | {gain:+.2f} | [{low:+.2f}, {high:+.2f}] |")
