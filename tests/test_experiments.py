@@ -19,7 +19,7 @@ from tests.conftest import REPO, hydra_initialized
 
 EXPERIMENTS = REPO / "conf" / "experiment"
 # agentrl's own recipes (not a paper's reproduction): no reference values or source lines, see their own test below
-OWN_RECIPES = ("smollm2_household", "smollm2_household_cpu")
+OWN_RECIPES = ("smollm2_calculator_cpu", "smollm2_household", "smollm2_household_cpu")
 # agentrl's recipes of the tiny model on worlds agentrl did not make (env=gem): the tiny recipe on another env
 TINY_RECIPES = ("gem_2048", "gem_guessthenumber", "gem_sokoban")
 RECIPES = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml") if p.stem not in OWN_RECIPES + TINY_RECIPES)
