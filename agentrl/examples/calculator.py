@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import operator
+import zlib
 
 _OPERATORS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 # small questions, which the tiny model can copy into a call: 2 to 3 terms of 1 to 2 digits
@@ -89,3 +90,12 @@ def expert(env: CalculatorEnv, **columns) -> list:
 def direct_expert(env: ArithmeticQuestion, **columns) -> list:
     """A correct episode without the tool: the question's answer."""
     return [env.entry["answer"]]
+
+
+def tool_or_direct_expert(env: CalculatorEnv, **columns) -> list:
+    """A correct episode, by the calculator (`expert`) for about half of the questions and answered directly
+    (`direct_expert`) for the others, chosen by the question's text: a model cloned on it still chooses between
+    the two, and RL learns which one pays."""
+    if zlib.crc32(env.entry["question"].encode()) % 2:
+        return expert(env, **columns)
+    return direct_expert(env, **columns)

@@ -320,6 +320,25 @@ def test_sft_clones_the_expert_on_the_tool_route(run_cli, tmp_path):
     assert (run / "model" / "config.json").is_file()
 
 
+@pytest.mark.gem  # the calculator's questions come from reasoning-gym
+def test_the_calculator_mixed_expert_answers_right_half_by_the_tool_half_directly():
+    """smollm2_calculator_cpu's clone: correct episodes, by the calculator for about half of the questions and
+    answered directly for the others (a start that still chooses)."""
+    from agentrl.examples.calculator import CalculatorEnv, correct_answer, tool_or_direct_expert
+
+    lengths = []
+    for seed in range(40):
+        env = CalculatorEnv()
+        env.reset(seed=seed)
+        plan = tool_or_direct_expert(env)
+        lengths.append(len(plan))
+        if len(plan) == 2:  # a call, then the tool's value as the answer
+            assert plan[0]["name"] == "calculate" and plan[1] == env.calculate(**plan[0]["arguments"])
+        answer = [{"role": "assistant", "content": str(plan[-1])}]
+        assert correct_answer([None], [answer], [env]) == [1.0]
+    assert 12 <= lengths.count(1) <= 28 and set(lengths) == {1, 2}
+
+
 GAME_2048 = {
     "factory": "agentrl.examples.game_2048:Game2048",
     "reward_funcs": ["agentrl.examples.game_2048:reward_score"],
