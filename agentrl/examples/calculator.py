@@ -7,7 +7,8 @@ answer (`score_answer`); the agent has one tool, `calculate`.
 
 The class follows TRL's environment_factory contract, so `GRPOTrainer(environment_factory=CalculatorEnv,
 reward_funcs=[correct_answer])` takes it as it is. `ArithmeticQuestion` (with `direct_expert`) asks the same
-questions with no tool: the control that says what the tool adds.
+questions with no tool: the control that says what the tool adds. `tool_or_direct_expert` mixes the two experts, the
+clone that `+experiment=smollm2_calculator_cpu` starts RL from.
 """
 
 from __future__ import annotations
