@@ -64,6 +64,18 @@ def cli_env(cache_dir: Path) -> dict:
     return {**os.environ, "AGENTRL_CACHE": str(cache_dir), "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(REPO)}
 
 
+def tiny_model_folder(cache_dir: Path, *overrides: str) -> Path:
+    """The cached tiny-model folder that `agentrl sft <overrides>` starts from (built on first use)."""
+    from hydra import compose
+
+    from agentrl.config.typed import typed
+    from agentrl.models.tiny import ensure_tiny_model
+
+    with hydra_initialized():
+        cfg = typed(compose(config_name="sft", overrides=[*overrides, f"model.tiny.cache_dir={cache_dir}"]))
+    return ensure_tiny_model(cfg.model.tiny, cfg.env)
+
+
 def records_by_iteration(run_dir: Path) -> dict[int, dict]:
     """A run's metrics.jsonl by iteration, without the time/* keys (what two runs of one config share)."""
     import json

@@ -7,10 +7,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
-from agentrl.config.typed import typed
 from agentrl.errors import UserError
+from tests.conftest import tiny_model_folder
 
 # A short clone of household's expert on the +debug=fast tiny model (30 warm-up steps on random play): 24 expert
 # episodes on easy tasks (about 100 pairs), 3 passes at the tiny model's own warm-up rate (conf/sft_model/tiny.yaml).
@@ -109,24 +108,12 @@ def test_an_output_folder_that_is_not_empty_is_refused(run_cli, tmp_path):
     assert result.returncode != 0 and "is not an empty folder" in result.stderr and "Traceback" not in result.stderr
 
 
-def _tiny_model_of(cache_dir: Path, *overrides: str) -> Path:
-    """The cached tiny-model folder that `agentrl sft <overrides>` started from."""
-    from hydra import compose
-
-    from agentrl.models.tiny import ensure_tiny_model
-    from tests.conftest import hydra_initialized
-
-    with hydra_initialized():
-        cfg = typed(compose(config_name="sft", overrides=[*overrides, f"model.tiny.cache_dir={cache_dir}"]))
-    return ensure_tiny_model(cfg.model.tiny, cfg.env)
-
-
 def expert_logprob(folder: Path, env_level: str = "easy", tasks: int = 8) -> float:
     """Mean log-probability per token of household's expert replies on held-out tasks, under RL's prompts."""
 
     from agentrl.config.envs import HouseholdEnvConfig
     from agentrl.envs.household import HouseholdSuite
-    from agentrl.models.fine_tune import pair_ids
+    from agentrl.models.fine_tune import reply_log_probs
     from agentrl.models.load import load_model, load_tokenizer
     from agentrl.rollout.demonstrations import ExpertPolicy, play, won_pairs
 
@@ -134,16 +121,10 @@ def expert_logprob(folder: Path, env_level: str = "easy", tasks: int = 8) -> flo
     env_cfg = HouseholdEnvConfig(level=env_level, prompt_template="compact")
     held_out = [suite.task(suite.eval_split, i) for i in range(tasks)]
     pairs = won_pairs(play(suite, env_cfg, ExpertPolicy(suite), held_out, "test"))
-    model, tokenizer = load_model(str(folder)), load_tokenizer(str(folder))
-    total, count = 0.0, 0
-    with torch.no_grad():
-        for prompt, reply in pairs:
-            ids, mask = pair_ids(tokenizer, prompt, reply, 2048)
-            logps = model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
-            picked = logps.gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
-            keep = torch.tensor(mask[1:], dtype=torch.bool)
-            total, count = total + picked[keep].sum().item(), count + int(keep.sum())
-    return total / count
+    tokens = [
+        t for reply in reply_log_probs(load_model(str(folder)), load_tokenizer(str(folder)), pairs, 2048) for t in reply
+    ]
+    return sum(tokens) / len(tokens)
 
 
 @pytest.mark.slow
@@ -163,7 +144,7 @@ def test_sft_clones_the_expert_and_train_starts_from_its_folder(run_cli, tmp_pat
     assert Path(results["model"]) == out
     assert type(AutoModelForCausalLM.from_pretrained(out)).__name__ == "Qwen2ForCausalLM"
     # the expert's actions on held-out tasks are much likelier after cloning than in the model it started from
-    tiny = _tiny_model_of(cache_dir, "+debug=fast", "env.level=easy")
+    tiny = tiny_model_folder(cache_dir, "+debug=fast", "env.level=easy")
     before, after = expert_logprob(tiny), expert_logprob(out)
     # measured: -0.97 -> -0.46 nats per reply token; an SFT that did not train would leave it where it was
     assert after > before + 0.25, (before, after)

@@ -44,6 +44,21 @@ def pair_ids(tokenizer, prompt: str, reply: str, max_prompt_tokens: int) -> tupl
     return prompt_ids + reply_ids, [0] * len(prompt_ids) + [1] * len(reply_ids)
 
 
+def reply_log_probs(model, tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int) -> list[list[float]]:
+    """Each reply's per-token log-probabilities given its prompt under `model`, teacher-forced as fine-tuning scores
+    them (`pair_ids`: the reply's tokens and its end token, the prompt cut to `max_prompt_tokens`)."""
+    import torch
+
+    scores = []
+    with torch.no_grad():
+        for ids, mask in pairs_ids(tokenizer, pairs, max_prompt_tokens):
+            tokens = torch.tensor([ids])
+            log_probs = model(tokens).logits[0, :-1].log_softmax(-1)
+            picked = log_probs.gather(-1, tokens[0, 1:, None])[:, 0]
+            scores.append(picked[torch.tensor(mask[1:], dtype=torch.bool)].tolist())
+    return scores
+
+
 def pairs_ids(tokenizer, pairs: Sequence[tuple[str, str]], max_prompt_tokens: int) -> list[tuple[list[int], list[int]]]:
     """`pair_ids` of every pair, with one batched call for the prompts (`chat_prompts_ids`) and one for the distinct
     replies (the tiny model's tens of thousands of pairs took 0.6 ms each one by one; they hold about 80 distinct
