@@ -3,12 +3,12 @@
     python scripts/expert_agreement.py <model folder>... --overrides +experiment=gem_2048
 
 The expert (the suite's `expert_plan`, as `agentrl sft` plays it) plays the first `--episodes` held-out tasks; on
-each turn of the episodes it wins the model scores the expert's reply, teacher-forced as `agentrl sft` trains it (the reply's tokens
-and the end of sequence, the prompt cut to rollout.max_prompt_tokens). Per model it prints the mean probability of
-the expert's reply and the mean cross-entropy in nats, beside the context-blind reference: the entropy of the
-expert's replies over those turns, the lowest cross-entropy a policy that ignores the state can reach. A clone at
-that entropy has learned the expert's marginal, not its policy; held-out success, which a few repeated bad moves
-can sink, does not tell the two apart.
+each turn of the episodes it wins, the model scores the expert's reply, teacher-forced as `agentrl sft` trains it
+(the reply's tokens and the end of sequence, the prompt cut to rollout.max_prompt_tokens). Per model it prints the
+mean probability of the expert's reply and the mean cross-entropy in nats, beside the context-blind reference: the
+entropy of the expert's replies over those turns, the lowest cross-entropy a policy that ignores the state can
+reach. A clone at that entropy has learned the expert's marginal, not its policy; held-out success, which a few
+repeated bad moves can sink, does not tell the two apart.
 """
 
 from __future__ import annotations
