@@ -12,8 +12,9 @@ recipes set model.tiny.seed to ${seed}), the clone and RL. For each start S this
 `agentrl eval` of the start (the clone, or the build) and of the end (the run's last checkpoint) on the same held-out
 tasks, and prints the row: per start the build's, the start's and the end's held-out success, the gain with a 95 %
 interval from a paired bootstrap over the tasks, held-out success through training and the wall times; then the
-mean, whose interval resamples the starts, then the tasks within each (agentrl/report/study.py, `paired_gains`);
-then the machine (CPU model), commit and torch threads.
+mean, whose interval resamples the starts, then the tasks within each (agentrl/report/study.py, `paired_gains`),
+and the mean end with the same resampling of the ends (to set beside a baseline such as random play); then the
+machine (CPU model), commit and torch threads.
 
 Each start's folders and logs are under --out/start_S/ (sft/, train/, eval_start/, eval_end/, one .log a phase);
 the row and what it came from go to --out/reproduce.json. A phase that finished is not run again, so a stopped
@@ -249,6 +250,17 @@ def gains_over_starts(figures: list[dict]) -> tuple[list[tuple[float, float, flo
     return paired_gains(starts, ends)
 
 
+def mean_end(figures: list[dict]) -> tuple[float, float, float]:
+    """The mean end over the starts with its interval: the ends alone resampled as the mean gain is (the starts, then
+    the tasks within each), to set beside a baseline such as random play."""
+    import numpy as np
+
+    from agentrl.report.study import paired_gains
+
+    ends = np.array([f["end_outcomes"] for f in figures], dtype=float)
+    return paired_gains(np.zeros_like(ends), ends)[1]
+
+
 def table(seeds: list[int], figures: list[dict], gains, mean) -> list[str]:
     """The row as docs/benchmarks.md gives it: a markdown table, a line a start and the mean."""
 
@@ -382,6 +394,9 @@ def main() -> None:
         "the starts, then the tasks within each (10,000 resamples). Wall times: RL's `agentrl train` as a whole; all "
         "in: every phase of the start (build or clone, train, both evaluations).",
     ]
+    ended = mean_end(figures)
+    if len(figures) > 1:
+        lines[-2:-2] = ["", f"The mean end: {ended[0]:.3f} [{ended[1]:.3f}, {ended[2]:.3f}] (the ends resampled alike)"]
     if args.against is not None:
         lines += ["", *against_lines(args.starts, figures, args.against.resolve())]
     print("\n".join(lines))
@@ -392,6 +407,7 @@ def main() -> None:
         "tasks": args.tasks,
         "starts": {seed: {**f, "gain": g} for seed, f, g in zip(args.starts, figures, gains)},
         "mean_gain": mean,
+        "mean_end": ended,
         "phases_s": seconds,
         "row": lines,
     }

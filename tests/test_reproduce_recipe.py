@@ -92,6 +92,18 @@ def test_against_pairs_each_start_end_with_the_same_start_of_another_reproductio
         against_lines([0], [{"tasks": ["u0"], "end_outcomes": [1]}], tmp_path)
 
 
+def test_the_mean_end_resamples_the_starts_then_the_tasks():
+    from scripts.reproduce_recipe import mean_end
+
+    won, lost = {"end_outcomes": [1, 1, 1, 1]}, {"end_outcomes": [0, 0, 0, 0]}
+    assert mean_end([won, won]) == (1.0, 1.0, 1.0)
+    # two starts that differ: the mean is between them and the interval spans the starts' spread
+    mean, low, high = mean_end([won, lost])
+    assert (mean, low, high) == (0.5, 0.0, 1.0)
+    mixed = mean_end([{"end_outcomes": [1, 0, 1, 0]}, {"end_outcomes": [1, 1, 0, 1]}])
+    assert mixed[0] == 0.625 and 0.0 <= mixed[1] < 0.625 < mixed[2] <= 1.0
+
+
 # Every phase in seconds: a build of 10 warm-up steps on 200 turns, a clone of 4 expert episodes, one RL iteration
 QUICK = ["--tasks", "2", "--threads", "1", "--overrides", "model.tiny.demo_turns=200", "model.tiny.warmup_steps=10"]
 QUICK_TRAIN = ["logger=none", "trainer.iterations=1", "trainer.tasks_per_iteration=1", "trainer.group_size=2"]
@@ -114,6 +126,9 @@ def check_row(stdout: str, starts: list[int]) -> None:
         )
     assert all(re.fullmatch(r"[\d,]+ s", row[7]) and re.fullmatch(r"[\d,]+ s", row[9]) for row in rows[:-1])
     assert re.search(r"\d+-core .+; commit [0-9a-f]{40}(-dirty)?; torch threads a run: 1 \(OMP_NUM_THREADS\)", stdout)
+    ended = re.search(r"The mean end: (\d\.\d{3}) \[(\d\.\d{3}), (\d\.\d{3})\]", stdout)
+    assert ended and float(ended[2]) <= float(ended[1]) <= float(ended[3]), stdout
+    assert float(ended[1]) == pytest.approx(float(rows[-1][4].strip("*")), abs=5e-4)  # the row's mean end
 
 
 @pytest.mark.slow
