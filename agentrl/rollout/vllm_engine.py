@@ -120,15 +120,15 @@ def engine_dtype(precision: str) -> str:
 
 
 @contextlib.contextmanager
-def colocated_engine_dtype(dtype: str):
-    """While TRL builds its colocated engine, give it `dtype`.
+def colocated_engine_options(dtype: str, enforce_eager: bool):
+    """While TRL builds its colocated engine, give it `dtype` and `enforce_eager`.
 
-    TRL 1.16's `VLLMGeneration` builds `vllm.LLM(...)` with no dtype and has no option for one, so the
+    TRL 1.16's `VLLMGeneration` builds `vllm.LLM(...)` with neither and has no option for them, so the
     `LLM` name its module calls is wrapped for the duration of the trainer's construction."""
     import trl.generation.vllm_generation as trl_vllm
 
     original = trl_vllm.LLM
-    trl_vllm.LLM = functools.partial(original, dtype=dtype)
+    trl_vllm.LLM = functools.partial(original, dtype=dtype, enforce_eager=enforce_eager)
     try:
         yield
     finally:

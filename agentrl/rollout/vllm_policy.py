@@ -240,6 +240,7 @@ def make_eval_policy(
         max_model_len=vllm_cfg.max_model_length,
         seed=seed,
         dtype=dtype,
+        enforce_eager=bool(vllm_cfg.enforce_eager),
         # log-probs after temperature scaling and logit processing, as TRL asks for: the behaviour policy's
         logprobs_mode="processed_logprobs",
     )

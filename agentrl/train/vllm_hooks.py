@@ -23,7 +23,7 @@ import torch
 
 from agentrl.rollout.batch import StepBatch
 from agentrl.rollout.vllm_engine import (
-    colocated_engine_dtype,
+    colocated_engine_options,
     engine_dtype,
     installed_vllm,
     load_colocated_weights,
@@ -34,10 +34,11 @@ from agentrl.train.vllm_options import importance_sampling_ratio
 
 
 def engine_construction(args: Any, cfg: Any):
-    """The context the trainer is built in: TRL's colocated engine gets the trainer's precision."""
+    """The context the trainer is built in: TRL's colocated engine gets the trainer's precision, compiled or not as
+    rollout.vllm.enforce_eager says."""
     if not args.use_vllm:
         return nullcontext()
-    return colocated_engine_dtype(engine_dtype(cfg.hardware.precision))
+    return colocated_engine_options(engine_dtype(cfg.hardware.precision), bool(cfg.rollout.vllm.enforce_eager))
 
 
 class VLLMHooks:

@@ -24,6 +24,14 @@ NEEDS_VLLM = [
 # On the CPU build this is the share of the machine's memory the whole process may hold, trainer included;
 # vLLM keeps what the process does not already use for its KV cache.
 MEMORY_SHARE = "0.3"
+# The overrides of every run on vLLM here. The engines run eagerly: vLLM's compilation adds tens of seconds to each
+# engine's start on a CPU (docs/vllm.md, "Compiled or eager"); tests/rollout/test_vllm.py keeps one engine on vLLM's
+# compiled default.
+VLLM = [
+    "rollout.backend=vllm",
+    f"rollout.vllm.gpu_memory_utilization={MEMORY_SHARE}",
+    "rollout.vllm.enforce_eager=true",
+]
 # TRL's colocated engine sets these in os.environ for vLLM's rendezvous, and its process group keeps the port. A CLI
 # run started by a later test would inherit them: accelerate would then make a process group on that port, in use
 # (EADDRINUSE). The fixture puts them back when its module ends.
@@ -50,8 +58,7 @@ def vllm_trainer(cache_dir, tmp_path_factory):
     overrides = [
         "+debug=fast",
         "logger=none",
-        "rollout.backend=vllm",
-        f"rollout.vllm.gpu_memory_utilization={MEMORY_SHARE}",
+        *VLLM,
         "trainer.tasks_per_iteration=2",
         "trainer.group_size=4",
         "trainer.learning_rate=5e-3",  # one iteration moves the log-probs well past the sync tolerance

@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 
 from tests.test_tokenizer_folders import STRINGS, tokenization_by_reader
-from tests.with_vllm.conftest import MEMORY_SHARE, NEEDS_VLLM
+from tests.with_vllm.conftest import NEEDS_VLLM, VLLM
 
 pytestmark = NEEDS_VLLM
-VLLM = ["rollout.backend=vllm", f"rollout.vllm.gpu_memory_utilization={MEMORY_SHARE}"]
 GAP = 1e-4  # |trainer - vLLM| per-token log-prob, both float32 (tests/with_vllm/test_vllm_colocate.py)
 
 

@@ -55,6 +55,13 @@ def max_difference(a: list[float], b: list[float]) -> float:
     return max(abs(x - y) for x, y in zip(a, b))
 
 
+def test_the_colocated_engine_is_built_as_rollout_vllm_says(vllm_trainer):
+    """TRL takes neither the dtype nor enforce_eager; agentrl gives both to the engine TRL builds (vllm_engine.py)."""
+    model_config = vllm_trainer.vllm_generation.llm.llm_engine.model_config
+    assert model_config.enforce_eager is True  # the fixture's rollout.vllm.enforce_eager=true
+    assert model_config.dtype == torch.float32  # hardware=cpu trains in fp32
+
+
 def test_the_engine_holds_the_trainers_weights_after_an_update(vllm_trainer):
     trainer = vllm_trainer
     prompt, completion = fixed_pair(trainer)

@@ -13,14 +13,13 @@ import torch
 
 from agentrl.train.async_rollout import ASYNC_ROLLOUTS
 from tests.conftest import records_by_iteration
-from tests.with_vllm.conftest import MEMORY_SHARE, NEEDS_VLLM
+from tests.with_vllm.conftest import NEEDS_VLLM, VLLM
 
 pytestmark = NEEDS_VLLM
 RUN = [
     "+debug=fast",
     "logger=none",
-    "rollout.backend=vllm",
-    f"rollout.vllm.gpu_memory_utilization={MEMORY_SHARE}",
+    *VLLM,
     "rollout.max_staleness=1",
     "trainer.iterations=4",
     "trainer.save_every=1",

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 
 from tests.train.test_resume import GAME_2048
-from tests.with_vllm.conftest import MEMORY_SHARE, NEEDS_VLLM
+from tests.with_vllm.conftest import NEEDS_VLLM, VLLM
 
 pytestmark = NEEDS_VLLM
-VLLM = ["rollout.backend=vllm", f"rollout.vllm.gpu_memory_utilization={MEMORY_SHARE}"]
 GAP = 1e-4  # |trainer - vLLM| per-token log-prob, both float32 (tests/with_vllm/test_vllm_colocate.py)
 
 
