@@ -77,7 +77,8 @@ class VllmConfig:
     enable_sleep_mode: bool = False  # colocate: free vLLM's memory during the update
     max_model_length: int | None = checked(None, Ge(1))  # colocate: context length; None: the model's
     # colocate and `agentrl eval`: run the model without compiling it (vLLM's enforce_eager). An engine then starts
-    # sooner and generates slower (docs/vllm.md, "Compiled or eager"); server mode: `trl vllm-serve --enforce_eager`
+    # sooner; what it costs in generation depends on the model (docs/vllm.md, "Compiled or eager"). Server mode:
+    # `trl vllm-serve --enforce_eager`
     enforce_eager: bool = False
     server_host: str = checked("0.0.0.0", MinLen(1))  # server: where `trl vllm-serve` listens
     server_port: int = checked(8000, PORT)
